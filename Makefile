@@ -1,0 +1,37 @@
+# fencelock — every target installs what it needs on a fresh machine.
+SHELL := /bin/bash
+GO    ?= go
+
+.PHONY: test demo deps vet chaos bench fuzz
+
+# deps: redis-server from Debian when missing (root), or a clear stop.
+# Postgres 15 server binaries are expected at /usr/lib/postgresql/15/bin.
+deps:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing redis-server (Debian package redis-server)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
+	      || { echo "make: apt-get install redis-server failed" >&2; exit 1; }; \
+	  else \
+	    echo "make: redis-server is missing: install the Debian package redis-server (sudo apt-get install redis-server), or set FENCE_TEST_REDIS_URL" >&2; exit 1; \
+	  fi; \
+	fi
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v pg_config >/dev/null 2>&1 && [ -z "$$FENCE_TEST_DATABASE_URL" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing postgresql-15"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null) \
+	      || { echo "make: apt-get install postgresql-15 failed" >&2; exit 1; }; \
+	  else \
+	    echo "make: Postgres server binaries are missing: install the Debian package postgresql-15, or set FENCE_TEST_DATABASE_URL" >&2; exit 1; \
+	  fi; \
+	fi
+
+vet:
+	$(GO) vet ./...
+
+# The one test command: vet, then every package under the race detector.
+test: deps vet
+	$(GO) test -race -count=1 -timeout 9m ./...
+
+demo: deps
+	$(GO) run ./examples/inventory-sync

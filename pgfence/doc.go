@@ -1,0 +1,3 @@
+// Package pgfence is the Postgres (pgx v5) backend of guard, with table
+// protection triggers and resumable runs.
+package pgfence
