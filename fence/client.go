@@ -1,0 +1,364 @@
+package fence
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client acquires locks on one Redis deployment. It owns one watchdog
+// goroutine pair and at most one pub/sub connection (per cluster node);
+// [Client.Close] stops them. It is safe for concurrent use.
+type Client struct {
+	rdb     redis.UniversalClient
+	cfg     config
+	cluster bool // sharded pub/sub, WAIT on the key's master
+	wd      *watchdog
+	waiter  *waiter
+	closing chan struct{}
+	closed  atomic.Bool
+
+	mu    sync.Mutex
+	locks map[*Lock]struct{} // acquired and not yet released
+}
+
+// New returns a Client on rdb (a *redis.Client, *redis.ClusterClient or
+// failover client; a *redis.Ring is rejected, it cannot carry one pub/sub
+// connection for all names). opts set the client's defaults; a bad option
+// is an error. For renewals to give up on a dead connection at the lock's
+// deadline rather than at the client's read timeout, create rdb with
+// ContextTimeoutEnabled; losses are signalled on time either way.
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	if rdb == nil {
+		return nil, invalidOption("New: the Redis client is nil")
+	}
+	if _, ok := rdb.(*redis.Ring); ok {
+		return nil, invalidOption("New: *redis.Ring is not supported; use a *redis.Client or *redis.ClusterClient")
+	}
+	cfg := defaultConfig()
+	if err := cfg.apply(false, opts); err != nil {
+		return nil, err
+	}
+	_, cluster := rdb.(*redis.ClusterClient)
+	c := &Client{rdb: rdb, cfg: cfg, cluster: cluster, closing: make(chan struct{}), locks: map[*Lock]struct{}{}}
+	c.waiter = newWaiter(c)
+	c.wd = newWatchdog(c)
+	return c, nil
+}
+
+func (c *Client) isClosed() bool { return c.closed.Load() }
+
+func (c *Client) lockConfig(name string, opts []Option) (config, error) {
+	if c.isClosed() {
+		return config{}, ErrClosed
+	}
+	if err := validateName(name); err != nil {
+		return config{}, err
+	}
+	cfg := c.cfg
+	cfg.holder = c.cfg.holder
+	if err := cfg.apply(true, opts); err != nil {
+		return config{}, err
+	}
+	return cfg, nil
+}
+
+// TryAcquire makes one attempt to acquire name: one round trip. It returns
+// an error wrapping [ErrNotAcquired] when another holder has the lock. ctx
+// bounds the round trip.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	cfg, err := c.lockConfig(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	l, rep, err := c.attempt(ctx, name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, fmt.Errorf("%w: %q is held by another holder (expires in %v)",
+			ErrNotAcquired, name, time.Duration(rep.pttl)*time.Millisecond)
+	}
+	cfg.observer.Acquired(Event{Name: name, Token: l.token, Duration: time.Since(start)})
+	return l, nil
+}
+
+// Acquire acquires name, waiting while another holder has it: it wakes on
+// that holder's release message, or when the lock's expiry has passed. It
+// returns [ErrNotAcquired] joined with the reason when ctx is done or the
+// wait limit ([WithWaitLimit]) passes, and [ErrClosed] when the client is
+// closed meanwhile.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	cfg, err := c.lockConfig(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeoutCause(ctx, cfg.waitLimit,
+		fmt.Errorf("fence: wait limit %v reached: %w", cfg.waitLimit, context.DeadlineExceeded))
+	defer cancel()
+
+	// Uncontended path: one round trip, no subscription.
+	l, rep, err := c.attempt(wctx, name, cfg)
+	if l != nil || err != nil {
+		if l != nil {
+			cfg.observer.Acquired(Event{Name: name, Token: l.token, Duration: time.Since(start)})
+		}
+		return l, c.attemptErr(wctx, err)
+	}
+
+	// Held: subscribe first, then try again, so that a release between
+	// the failed attempt and the wait is seen either by the attempt or as
+	// a message.
+	waitStart := time.Now()
+	waited := func(l *Lock, err error) (*Lock, error) {
+		var tok int64
+		if l != nil {
+			tok = l.token
+			cfg.observer.Acquired(Event{Name: name, Token: tok, Duration: time.Since(start)})
+		}
+		cfg.observer.Waited(Event{Name: name, Token: tok, Duration: time.Since(waitStart), Err: err})
+		return l, err
+	}
+	sub, err := c.waiter.subscribe(wctx, keysFor(cfg.prefix, name).channel)
+	if err != nil {
+		return waited(nil, c.attemptErr(wctx, err))
+	}
+	defer sub.close()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		l, rep, err = c.attempt(wctx, name, cfg)
+		if l != nil || err != nil {
+			return waited(l, c.attemptErr(wctx, err))
+		}
+		timer.Reset(retryAfter(rep.pttl))
+		select {
+		case <-sub.wake:
+		case <-timer.C:
+		case <-c.closing:
+			return waited(nil, ErrClosed)
+		case <-wctx.Done():
+			return waited(nil, errors.Join(ErrNotAcquired, context.Cause(wctx)))
+		}
+	}
+}
+
+// attemptErr turns an attempt's error into the caller's: a wait that ended
+// is ErrNotAcquired joined with why.
+func (c *Client) attemptErr(wctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if wctx.Err() != nil && !errors.Is(err, ErrClosed) {
+		return errors.Join(ErrNotAcquired, context.Cause(wctx))
+	}
+	return err
+}
+
+// Do acquires name (waiting like [Client.Acquire]), runs fn with a context
+// that is cancelled when ctx is done or the lock is lost, and releases the
+// lock. It returns fn's error joined with the lock's loss ([ErrLockLost],
+// [ErrMaxHold]) if the lock was lost while fn ran, or with the release
+// error.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...Option) error {
+	if fn == nil {
+		return invalidOption("Do(%q): fn is nil", name)
+	}
+	l, err := c.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	ferr := fn(fctx, l)
+	stop()
+	cancel(nil)
+	lost := l.Err()
+	rerr := l.Release(ctx)
+	if lost != nil {
+		return errors.Join(ferr, lost)
+	}
+	return errors.Join(ferr, rerr)
+}
+
+// attempt runs the acquire script once. It returns the lock, or the reply
+// saying the lock is held.
+func (c *Client) attempt(ctx context.Context, name string, cfg config) (*Lock, acquireReply, error) {
+	k := keysFor(cfg.prefix, name)
+	holder := cfg.holder
+	if holder == "" {
+		holder = newHolderID()
+	}
+	call := scriptCall{keys: []string{k.lock, k.seq}, args: []any{holder, cfg.lease.Milliseconds(), seqIdleExpiry}}
+	start := time.Now()
+	var (
+		rep  acquireReply
+		acks int64
+		err  error
+	)
+	if cfg.replicas > 0 {
+		rep, acks, err = c.acquireAndWait(ctx, call, cfg)
+	} else {
+		var v any
+		v, err = acquireScript.Run(ctx, c.rdb, call.keys, call.args...).Result()
+		if err == nil {
+			rep, err = parseAcquire(v)
+		}
+	}
+	if err != nil {
+		return nil, acquireReply{}, fmt.Errorf("fence: acquire %q: %w", name, err)
+	}
+	if !rep.acquired {
+		return nil, rep, nil
+	}
+	l := &Lock{c: c, name: name, keys: k, holder: holder, token: rep.token, fixed: cfg.fixed,
+		acquiredAt: start, lease: cfg.lease, renewAt: start.Add(cfg.lease / 3), idx: -1}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background()) // no goroutine: the parent never ends
+	l.setDeadlineFrom(start, cfg.lease)
+	if cfg.maxHold > 0 {
+		l.maxHoldAt = start.Add(cfg.maxHold)
+	}
+	if cfg.replicas > 0 && acks < int64(cfg.replicas) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		_ = c.release(rctx, l)
+		cancel()
+		l.cancel(ErrReleased)
+		return nil, acquireReply{}, &ReplicaSyncError{Name: name, Want: cfg.replicas, Got: int(acks), Timeout: cfg.replicaTimeout}
+	}
+	c.mu.Lock()
+	if c.isClosed() {
+		c.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		_ = c.release(rctx, l)
+		cancel()
+		l.cancel(ErrClosed)
+		return nil, acquireReply{}, ErrClosed
+	}
+	c.locks[l] = struct{}{}
+	c.wd.add(l)
+	c.mu.Unlock()
+	return l, rep, nil
+}
+
+// acquireAndWait runs the acquire script and WAIT in one pipeline on one
+// connection: WAIT counts the replicas that have the writes of its own
+// connection.
+func (c *Client) acquireAndWait(ctx context.Context, call scriptCall, cfg config) (acquireReply, int64, error) {
+	var node redis.Cmdable = c.rdb
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		n, err := cc.MasterForKey(ctx, call.keys[0])
+		if err != nil {
+			return acquireReply{}, 0, err
+		}
+		node = n
+	}
+	for try := 0; ; try++ {
+		pipe := node.Pipeline()
+		acq := acquireScript.EvalSha(ctx, pipe, call.keys, call.args...)
+		wait := pipe.Do(ctx, "wait", cfg.replicas, cfg.replicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		if isNoScript(acq.Err()) && try == 0 {
+			if err := acquireScript.Load(ctx, node).Err(); err != nil {
+				return acquireReply{}, 0, err
+			}
+			continue
+		}
+		v, err := acq.Result()
+		if err != nil {
+			return acquireReply{}, 0, err
+		}
+		rep, err := parseAcquire(v)
+		if err != nil {
+			return acquireReply{}, 0, err
+		}
+		acks, err := wait.Int64()
+		if err != nil && rep.acquired {
+			acks = 0 // the lock is released by the caller: no acknowledged copy
+		}
+		return rep, acks, nil
+	}
+}
+
+// release runs the release script for l.
+func (c *Client) release(ctx context.Context, l *Lock) error {
+	call := l.releaseCall()
+	n, err := releaseScript.Run(ctx, c.rdb, call.keys, call.args...).Int64()
+	if err != nil {
+		return fmt.Errorf("fence: release %q: %w", l.name, err)
+	}
+	if n != 1 {
+		return notHeld(l.name)
+	}
+	return nil
+}
+
+func (c *Client) forget(l *Lock) {
+	c.mu.Lock()
+	delete(c.locks, l)
+	c.mu.Unlock()
+}
+
+// Close releases the locks the client still holds (in one pipelined round
+// trip, bounded by ctx and by 5 s), cancels their contexts with
+// [ErrClosed], ends waiting acquisitions, and stops the watchdog and the
+// pub/sub connection. Every later call returns [ErrClosed]. It returns the
+// release errors other than "not held".
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.closed.Store(true)
+	close(c.closing)
+	locks := make([]*Lock, 0, len(c.locks))
+	for l := range c.locks {
+		locks = append(locks, l)
+	}
+	c.locks = nil
+	c.mu.Unlock()
+
+	var errs []error
+	if len(locks) > 0 {
+		calls := make([]scriptCall, len(locks))
+		for i, l := range locks {
+			l.released.Store(true)
+			c.wd.remove(l)
+			l.cancel(ErrClosed)
+			calls[i] = l.releaseCall()
+		}
+		rctx, cancel := context.WithTimeout(ctx, closeTimeout)
+		cmds := execScripts(rctx, c.rdb, releaseScript, calls)
+		cancel()
+		for i, cmd := range cmds {
+			n, err := cmd.Int64()
+			switch {
+			case err != nil:
+				err = fmt.Errorf("fence: close: release %q: %w", locks[i].name, err)
+				errs = append(errs, err)
+			case n != 1:
+				err = notHeld(locks[i].name)
+			}
+			c.cfg.observer.Released(Event{Name: locks[i].name, Token: locks[i].token,
+				Duration: time.Since(locks[i].acquiredAt), Err: err})
+		}
+	}
+	c.wd.close()
+	c.waiter.close()
+	return errors.Join(errs...)
+}
+
+func newHolderID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go ≥ 1.24)
+	return hex.EncodeToString(b[:])
+}

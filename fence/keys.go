@@ -1,0 +1,41 @@
+package fence
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MaxNameLen is the longest lock name accepted, in bytes.
+const MaxNameLen = 512
+
+// validateName rejects names that cannot be used safely. Braces are
+// rejected rather than escaped: the name is the cluster hash tag of its
+// keys (<prefix>{<name>}), and a '}' inside it would end the tag early and
+// put the lock key and its counter in different slots; an escaping scheme
+// would make the keys unreadable for operators, and no caller needs braces.
+func validateName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: the name is empty; give every lock a non-empty name", ErrInvalidName)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: the name is %d bytes, the limit is %d; use a shorter name (a hash of a long one)",
+			ErrInvalidName, len(name), MaxNameLen)
+	case strings.ContainsAny(name, "{}"):
+		return fmt.Errorf("%w: %q contains '{' or '}', which would break the cluster hash tag of its keys; use other characters",
+			ErrInvalidName, name)
+	}
+	return nil
+}
+
+// keys are the Redis keys of one lock name. All three share the hash tag
+// {<name>}, so they live in one cluster slot and one script may touch them.
+type keys struct {
+	lock    string // hash {holder, token} with a PX expiry
+	seq     string // token counter
+	channel string // release notifications
+}
+
+func keysFor(prefix, name string) keys {
+	base := prefix + "{" + name + "}"
+	return keys{lock: base, seq: base + ":seq", channel: base + ":ch"}
+}

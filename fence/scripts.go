@@ -1,0 +1,105 @@
+package fence
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed renew.lua
+	renewLua string
+
+	// Wrapped once; Run sends EVALSHA and falls back to EVAL.
+	acquireScript = redis.NewScript(acquireLua)
+	releaseScript = redis.NewScript(releaseLua)
+	renewScript   = redis.NewScript(renewLua)
+)
+
+// Renewal outcomes returned by renew.lua.
+const (
+	renewOK       = 1
+	renewGone     = 0
+	renewNotOurs  = -1
+	seqIdleExpiry = 30 * 24 * 60 * 60 * 1000 // ms; the clock floor covers a counter that idled out
+)
+
+// acquireReply is the decoded answer of acquire.lua.
+type acquireReply struct {
+	acquired bool
+	token    int64 // when acquired
+	pttl     int64 // ms, when not acquired (-1: no expiry, -2: gone meanwhile)
+}
+
+func parseAcquire(v any) (acquireReply, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) != 2 {
+		return acquireReply{}, fmt.Errorf("fence: unexpected acquire reply %#v", v)
+	}
+	flag, ok := arr[0].(int64)
+	if !ok {
+		return acquireReply{}, fmt.Errorf("fence: unexpected acquire reply %#v", v)
+	}
+	if flag == 1 {
+		s, ok := arr[1].(string)
+		if !ok {
+			return acquireReply{}, fmt.Errorf("fence: unexpected acquire token %#v", arr[1])
+		}
+		tok, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return acquireReply{}, fmt.Errorf("fence: unexpected acquire token %q: %w", s, err)
+		}
+		return acquireReply{acquired: true, token: tok}, nil
+	}
+	pttl, ok := arr[1].(int64)
+	if !ok {
+		return acquireReply{}, fmt.Errorf("fence: unexpected acquire pttl %#v", arr[1])
+	}
+	return acquireReply{pttl: pttl}, nil
+}
+
+// isNoScript reports a script cache miss (after a restart or failover).
+func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// execScripts sends one EVALSHA per argument set in one pipeline (the
+// cluster client splits it per node: one round trip per node). When the
+// server lost its script cache, it loads the script and sends the misses
+// once more. Each returned *redis.Cmd carries its own result or error.
+func execScripts(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, calls []scriptCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := rdb.Pipeline()
+	for i, c := range calls {
+		cmds[i] = s.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // per-command errors are read below
+	var retry []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) == 0 {
+		return cmds
+	}
+	if err := s.Load(ctx, rdb).Err(); err != nil {
+		return cmds
+	}
+	pipe = rdb.Pipeline()
+	for _, i := range retry {
+		cmds[i] = s.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	return cmds
+}
+
+type scriptCall struct {
+	keys []string
+	args []any
+}

@@ -1,0 +1,269 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// confirmWait bounds the wait for a SUBSCRIBE confirmation; past it the
+	// waiter goes on with its PTTL timer alone (slower, still correct).
+	confirmWait = time.Second
+	// pingEvery is how long the pub/sub reader waits for a message before
+	// it pings, so that a dead connection is noticed and redialled.
+	pingEvery = 30 * time.Second
+	// noExpiryWait is the retry period when the lock has no expiry (set by
+	// hand); release messages still wake the waiter at once.
+	noExpiryWait = time.Second
+)
+
+// waiter multiplexes the release notifications of every lock name a client
+// waits for over one pub/sub connection (one per cluster node, with sharded
+// channels). Subscriptions are reference-counted per channel.
+type waiter struct {
+	c      *Client
+	ctx    context.Context // cancelled by close; ends the readers
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	groups map[string]*psGroup    // by node address ("" when not a cluster)
+	subs   map[string]*channelSub // by channel
+	wg     sync.WaitGroup
+}
+
+type psGroup struct {
+	ps      *redis.PubSub
+	sharded bool
+}
+
+type channelSub struct {
+	group     *psGroup
+	confirmed chan struct{} // closed on the server's confirmation
+	isConf    bool
+	waiters   map[*subscription]struct{}
+}
+
+// subscription is one waiter's interest in a channel.
+type subscription struct {
+	m    *waiter
+	ch   string
+	wake chan struct{} // cap 1: a release message (or a reconnect) arrived
+}
+
+func newWaiter(c *Client) *waiter {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &waiter{c: c, ctx: ctx, cancel: cancel,
+		groups: map[string]*psGroup{}, subs: map[string]*channelSub{}}
+}
+
+// subscribe registers interest in channel and waits (bounded by ctx and
+// confirmWait) until the server confirmed the subscription, so that a
+// release published after this returns is not missed.
+func (m *waiter) subscribe(ctx context.Context, channel string) (*subscription, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	cs := m.subs[channel]
+	if cs == nil {
+		g, err := m.groupFor(ctx, channel)
+		if err == nil {
+			if g.sharded {
+				err = g.ps.SSubscribe(ctx, channel)
+			} else {
+				err = g.ps.Subscribe(ctx, channel)
+			}
+		}
+		if err != nil {
+			m.mu.Unlock()
+			return nil, err
+		}
+		cs = &channelSub{group: g, confirmed: make(chan struct{}), waiters: map[*subscription]struct{}{}}
+		m.subs[channel] = cs
+	}
+	s := &subscription{m: m, ch: channel, wake: make(chan struct{}, 1)}
+	cs.waiters[s] = struct{}{}
+	confirmed := cs.confirmed
+	m.mu.Unlock()
+
+	t := time.NewTimer(confirmWait)
+	defer t.Stop()
+	select {
+	case <-confirmed:
+	case <-ctx.Done():
+		s.close()
+		return nil, ctx.Err()
+	case <-t.C:
+		m.c.cfg.logger.Warn("fence: no pub/sub confirmation; waiting on lock expiry only", slog.String("channel", channel))
+	}
+	return s, nil
+}
+
+// groupFor returns (creating it lazily) the pub/sub connection for a
+// channel. Called with m.mu held.
+func (m *waiter) groupFor(ctx context.Context, channel string) (*psGroup, error) {
+	addr := ""
+	var node redis.UniversalClient = m.c.rdb
+	if cc, ok := m.c.rdb.(*redis.ClusterClient); ok {
+		n, err := cc.MasterForKey(ctx, channel)
+		if err != nil {
+			return nil, err
+		}
+		node, addr = n, n.Options().Addr
+	}
+	if g := m.groups[addr]; g != nil {
+		return g, nil
+	}
+	g := &psGroup{sharded: m.c.cluster}
+	if g.sharded {
+		g.ps = node.SSubscribe(m.ctx)
+	} else {
+		g.ps = node.Subscribe(m.ctx)
+	}
+	m.groups[addr] = g
+	m.wg.Add(1)
+	go m.read(g)
+	return g, nil
+}
+
+// close drops the interest; the channel is unsubscribed with its last
+// waiter.
+func (s *subscription) close() {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cs := m.subs[s.ch]
+	if cs == nil {
+		return
+	}
+	delete(cs.waiters, s)
+	if len(cs.waiters) > 0 || m.closed {
+		return
+	}
+	delete(m.subs, s.ch)
+	// Unsubscribing under m.mu keeps UNSUBSCRIBE ordered before a later
+	// SUBSCRIBE of the same channel on the same connection.
+	ctx, cancel := context.WithTimeout(m.ctx, time.Second)
+	defer cancel()
+	if cs.group.sharded {
+		_ = cs.group.ps.SUnsubscribe(ctx, s.ch)
+	} else {
+		_ = cs.group.ps.Unsubscribe(ctx, s.ch)
+	}
+}
+
+// read delivers one connection's messages to the waiters.
+func (m *waiter) read(g *psGroup) {
+	defer m.wg.Done()
+	backoff := 10 * time.Millisecond
+	for {
+		msg, err := g.ps.ReceiveTimeout(m.ctx, pingEvery)
+		if m.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				_ = g.ps.Ping(m.ctx)
+				continue
+			}
+			// The connection broke; go-redis redials and resubscribes on
+			// the next receive. Messages may have been missed meanwhile:
+			// wake every waiter of this connection to try again.
+			m.wakeGroup(g)
+			t := time.NewTimer(backoff)
+			select {
+			case <-m.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		switch x := msg.(type) {
+		case *redis.Subscription:
+			if x.Kind == "subscribe" || x.Kind == "ssubscribe" {
+				m.confirm(g, x.Channel)
+			}
+		case *redis.Message:
+			m.wakeChannel(x.Channel)
+		}
+	}
+}
+
+func (m *waiter) confirm(g *psGroup, channel string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cs := m.subs[channel]; cs != nil && cs.group == g && !cs.isConf {
+		cs.isConf = true
+		close(cs.confirmed)
+	}
+}
+
+func (m *waiter) wakeChannel(channel string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cs := m.subs[channel]; cs != nil {
+		for s := range cs.waiters {
+			s.poke()
+		}
+	}
+}
+
+func (m *waiter) wakeGroup(g *psGroup) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, cs := range m.subs {
+		if cs.group == g {
+			for s := range cs.waiters {
+				s.poke()
+			}
+		}
+	}
+}
+
+func (s *subscription) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close ends every pub/sub connection and waits for the readers.
+func (m *waiter) close() {
+	m.mu.Lock()
+	m.closed = true
+	groups := m.groups
+	m.groups = map[string]*psGroup{}
+	m.mu.Unlock()
+	m.cancel()
+	for _, g := range groups {
+		_ = g.ps.Close()
+	}
+	m.wg.Wait()
+}
+
+// retryAfter is how long a waiter sleeps when no release message comes:
+// until the lock's PTTL has elapsed, plus jitter so that waiters of one
+// expiring lock do not all retry in the same millisecond.
+func retryAfter(pttl int64) time.Duration {
+	switch {
+	case pttl == -2: // gone between EXISTS and PTTL: retry now
+		return 0
+	case pttl < 0: // no expiry: only a release (or a hand) frees it
+		return noExpiryWait
+	}
+	d := time.Duration(pttl) * time.Millisecond
+	return d + rand.N(d/20+2*time.Millisecond)
+}

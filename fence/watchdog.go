@@ -1,0 +1,330 @@
+package fence
+
+import (
+	"container/heap"
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// maxBatch caps the renewals sent in one pipeline.
+const maxBatch = 1000
+
+// watchdog keeps a client's locks alive and signals their loss.
+//
+// It is two goroutines per client, however many locks are held:
+//   - the scheduler owns a min-heap of locks ordered by their next event
+//     (renewal due, local deadline, max-hold limit) and one timer for the
+//     earliest; it cancels lost locks itself, so a loss is signalled on time
+//     even while a renewal round hangs on a dead connection;
+//   - the renewer sends the due renewals of all locks in one pipeline (one
+//     round trip per node) and hands the outcomes back.
+type watchdog struct {
+	c *Client
+
+	mu   sync.Mutex
+	h    lockHeap
+	kick chan struct{} // cap 1: the heap's head changed
+
+	work    chan []*Lock
+	results chan roundResult
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+type roundResult struct {
+	locks []*Lock
+	start time.Time
+	rtt   time.Duration
+	res   []int64
+	errs  []error
+}
+
+func newWatchdog(c *Client) *watchdog {
+	w := &watchdog{
+		c:       c,
+		kick:    make(chan struct{}, 1),
+		work:    make(chan []*Lock),
+		results: make(chan roundResult),
+		stop:    make(chan struct{}),
+	}
+	w.wg.Add(2)
+	go w.schedule()
+	go w.renew()
+	return w
+}
+
+// close stops both goroutines and waits for them. A renewal round in
+// flight is bounded by its context deadline (the earliest lock deadline of
+// the round) when the client has ContextTimeoutEnabled, else by the
+// client's read timeout.
+func (w *watchdog) close() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+// nextEvent is when the scheduler must look at l next.
+func (l *Lock) nextEvent() time.Time {
+	t := time.Unix(0, l.deadline.Load())
+	if !l.maxHoldAt.IsZero() && l.maxHoldAt.Before(t) {
+		t = l.maxHoldAt
+	}
+	if !l.fixed && !l.inflight && l.renewAt.Before(t) {
+		t = l.renewAt
+	}
+	return t
+}
+
+func (w *watchdog) add(l *Lock) {
+	w.mu.Lock()
+	heap.Push(&w.h, l)
+	w.mu.Unlock()
+	w.poke()
+}
+
+// remove unschedules l: no renewal is sent for it after remove returns.
+func (w *watchdog) remove(l *Lock) {
+	w.mu.Lock()
+	if l.idx >= 0 {
+		heap.Remove(&w.h, l.idx)
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+// refreshed records a successful Refresh of a fixed-lease lock; false when
+// the lock is no longer scheduled (lost or released meanwhile).
+func (w *watchdog) refreshed(l *Lock, start time.Time, lease time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.idx < 0 {
+		return false
+	}
+	l.lease = lease
+	l.deadline.Store(start.Add(lease - driftMargin(lease)).UnixNano())
+	heap.Fix(&w.h, l.idx)
+	w.poke()
+	return true
+}
+
+// lose unschedules l and cancels it with cause.
+func (w *watchdog) lose(l *Lock, cause error, now time.Time) {
+	w.mu.Lock()
+	scheduled := l.idx >= 0
+	if scheduled {
+		heap.Remove(&w.h, l.idx)
+	}
+	w.mu.Unlock()
+	if scheduled {
+		w.poke()
+		w.signalLoss(l, cause, now)
+	}
+}
+
+func (w *watchdog) signalLoss(l *Lock, cause error, now time.Time) {
+	if l.ctx.Err() != nil {
+		return
+	}
+	l.cancel(cause)
+	held := now.Sub(l.acquiredAt)
+	w.c.cfg.logger.Warn("fence: lock lost", slog.String("name", l.name), slog.Int64("token", l.token),
+		slog.Duration("held", held), slog.Any("cause", cause))
+	w.c.cfg.observer.Lost(Event{Name: l.name, Token: l.token, Duration: held, Err: cause})
+}
+
+func (w *watchdog) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+type loss struct {
+	l     *Lock
+	cause error
+}
+
+func (w *watchdog) schedule() {
+	defer w.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var pending []*Lock // due renewals not yet taken by the renewer
+	var lost []loss
+	for {
+		now := time.Now()
+		w.mu.Lock()
+		lost = lost[:0]
+		for len(w.h) > 0 {
+			l := w.h[0]
+			if l.nextEvent().After(now) {
+				break
+			}
+			switch {
+			case !l.maxHoldAt.IsZero() && !now.Before(l.maxHoldAt):
+				heap.Pop(&w.h)
+				lost = append(lost, loss{l, ErrMaxHold})
+			case !now.Before(time.Unix(0, l.deadline.Load())):
+				heap.Pop(&w.h)
+				lost = append(lost, loss{l, ErrLockLost})
+			default: // renewal due
+				l.inflight = true
+				heap.Fix(&w.h, 0)
+				pending = append(pending, l)
+			}
+		}
+		wait := time.Hour
+		if len(w.h) > 0 {
+			wait = time.Until(w.h[0].nextEvent())
+		}
+		w.mu.Unlock()
+		for _, x := range lost {
+			w.signalLoss(x.l, x.cause, now)
+		}
+		timer.Reset(wait)
+
+		var work chan []*Lock
+		if len(pending) > 0 {
+			work = w.work
+		}
+		select {
+		case <-w.stop:
+			return
+		case <-w.kick:
+		case <-timer.C:
+		case work <- pending:
+			pending = nil
+		case r := <-w.results:
+			w.apply(r)
+		}
+	}
+}
+
+// apply records the outcome of a renewal round.
+func (w *watchdog) apply(r roundResult) {
+	now := time.Now()
+	var lost []*Lock
+	w.mu.Lock()
+	for i, l := range r.locks {
+		l.inflight = false
+		if l.idx < 0 {
+			continue // released or lost meanwhile
+		}
+		switch {
+		case r.errs[i] != nil:
+			// Transient: retry soon, within what is left of the lease.
+			l.renewAt = now.Add(retryDelay(l.lease))
+			heap.Fix(&w.h, l.idx)
+		case r.res[i] == renewOK:
+			l.setDeadlineFrom(r.start, l.lease)
+			l.renewAt = r.start.Add(l.lease / 3)
+			heap.Fix(&w.h, l.idx)
+		default: // gone or another holder: terminal at once
+			heap.Remove(&w.h, l.idx)
+			lost = append(lost, l)
+		}
+	}
+	w.mu.Unlock()
+	obs, log := w.c.cfg.observer, w.c.cfg.logger
+	for i, l := range r.locks {
+		switch {
+		case r.errs[i] != nil:
+			log.Warn("fence: renewal failed, will retry", slog.String("name", l.name), slog.Any("err", r.errs[i]))
+			obs.RenewalFailed(Event{Name: l.name, Token: l.token, Duration: r.rtt, Err: r.errs[i]})
+		case r.res[i] == renewOK:
+			obs.Renewed(Event{Name: l.name, Token: l.token, Duration: r.rtt})
+		}
+	}
+	for _, l := range lost {
+		w.signalLoss(l, ErrLockLost, now)
+	}
+}
+
+// retryDelay spaces retries of a failed renewal: several fit in the lease.
+func retryDelay(lease time.Duration) time.Duration {
+	return max(lease/20, 10*time.Millisecond)
+}
+
+// renew runs renewal rounds handed over by the scheduler.
+func (w *watchdog) renew() {
+	defer w.wg.Done()
+	for {
+		var batch []*Lock
+		select {
+		case <-w.stop:
+			return
+		case batch = <-w.work:
+		}
+		for len(batch) > 0 {
+			n := min(len(batch), maxBatch)
+			r := w.round(batch[:n])
+			batch = batch[n:]
+			select {
+			case w.results <- r:
+			case <-w.stop:
+				return
+			}
+		}
+	}
+}
+
+func (w *watchdog) round(locks []*Lock) roundResult {
+	// Skip locks released or lost since they were queued: no renewal is
+	// started for a lock after remove returned.
+	w.mu.Lock()
+	kept := locks[:0]
+	for _, l := range locks {
+		if l.idx >= 0 {
+			kept = append(kept, l)
+		} else {
+			l.inflight = false
+		}
+	}
+	locks = kept
+	calls := make([]scriptCall, len(locks))
+	// The round may not outlive the earliest deadline in it: past that the
+	// scheduler has declared the lock lost anyway.
+	var earliest time.Time
+	for i, l := range locks {
+		calls[i] = l.renewCall(l.lease)
+		if d := time.Unix(0, l.deadline.Load()); i == 0 || d.Before(earliest) {
+			earliest = d
+		}
+	}
+	w.mu.Unlock()
+	if len(locks) == 0 {
+		return roundResult{}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), earliest)
+	defer cancel()
+	r := roundResult{locks: locks, start: time.Now(), res: make([]int64, len(locks)), errs: make([]error, len(locks))}
+	cmds := execScripts(ctx, w.c.rdb, renewScript, calls)
+	r.rtt = time.Since(r.start)
+	for i, cmd := range cmds {
+		r.res[i], r.errs[i] = cmd.Int64()
+	}
+	return r
+}
+
+// lockHeap orders locks by their next event.
+type lockHeap []*Lock
+
+func (h lockHeap) Len() int           { return len(h) }
+func (h lockHeap) Less(i, j int) bool { return h[i].nextEvent().Before(h[j].nextEvent()) }
+func (h lockHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *lockHeap) Push(x any) {
+	l := x.(*Lock)
+	l.idx = len(*h)
+	*h = append(*h, l)
+}
+func (h *lockHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.idx = -1
+	return l
+}
