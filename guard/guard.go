@@ -1,0 +1,215 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// Lease is what Exec needs of a lock: the resource it guards, its fencing
+// token, and who holds it. *fence.Lock satisfies it.
+type Lease interface {
+	Name() string
+	Token() int64
+	Holder() string
+}
+
+// Claim is what a store is asked to check and record at the start of a
+// transaction.
+type Claim struct {
+	// Resource is the lease's name: one fence per resource.
+	Resource string
+	// Token is the lease's fencing token (> 0).
+	Token int64
+	// Holder identifies the lease holder; the same token is accepted again
+	// only from the same holder.
+	Holder string
+	// Key is the idempotency key, or "" for none.
+	Key string
+}
+
+// Store is a transactional store that can check fencing tokens. Begin
+// starts a transaction, claims the fence for c.Resource in it and, if c.Key
+// is set, records the key, and returns the open transaction. It returns an
+// error wrapping ErrStaleToken (a *StaleTokenError) or ErrAlreadyApplied
+// when the claim or the key is refused, with nothing left open.
+//
+// *pgfence.Store implements Store[pgx.Tx].
+type Store[Tx any] interface {
+	Begin(ctx context.Context, c Claim) (Txn[Tx], error)
+}
+
+// Txn is an open, claimed transaction of a Store.
+type Txn[Tx any] interface {
+	// Tx is the handle fn writes through.
+	Tx() Tx
+	// Commit commits. An error means nothing was committed unless the
+	// store says otherwise (a lost connection during COMMIT is ambiguous).
+	Commit(ctx context.Context) error
+	// Rollback rolls back; it is safe to call after Commit and twice.
+	Rollback(ctx context.Context) error
+}
+
+// Result describes a committed Exec.
+type Result struct {
+	// Resource, Token and Holder are the lease's, as claimed.
+	Resource string
+	Token    int64
+	Holder   string
+	// Key is the idempotency key recorded with the write ("" for none).
+	Key string
+}
+
+type doner interface{ Done() <-chan struct{} }
+type errer interface{ Err() error }
+
+// Exec runs fn in one transaction of store that commits only if lease's
+// token is still the newest the store has seen for lease.Name() (see the
+// package documentation for the steps). fn must not commit or roll back
+// the transaction itself.
+//
+// ctx bounds the whole call. If the lease has a Done channel, fn's context
+// is also cancelled when the lease is lost, so that a lost holder stops
+// writing early; the store's check stays the guarantee.
+//
+// Errors: ErrInvalidLease, ErrInvalidOption, ErrNilStore, ErrNilFunc for bad
+// input
+// (nothing is written); ErrLeaseLost; a *StaleTokenError (ErrStaleToken);
+// ErrAlreadyApplied; fn's own error; or the store's error. In every error
+// case nothing of the transaction is committed. A panic in fn rolls back
+// and is re-raised.
+func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx context.Context, tx Tx) error, opts ...Option) (res Result, err error) {
+	if store == nil {
+		return Result{}, ErrNilStore
+	}
+	if fn == nil {
+		return Result{}, ErrNilFunc
+	}
+	c, err := NewClaim(lease)
+	if err != nil {
+		return Result{}, err
+	}
+	var cfg config
+	for _, o := range opts {
+		if o == nil {
+			return Result{}, fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		}
+		if err := o(&cfg); err != nil {
+			return Result{}, err
+		}
+	}
+	c.Key = cfg.key
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	if err := leaseLost(lease); err != nil {
+		return Result{}, err
+	}
+
+	// fn's context ends with ctx or with the lease, whichever first.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if d, ok := lease.(doner); ok {
+		stop := watchLease(d.Done(), func() { cancel(ErrLeaseLost) })
+		defer stop()
+	}
+
+	txn, err := store.Begin(ctx, c)
+	if err != nil {
+		return Result{}, withLeaseCause(ctx, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// Rollback must run even when ctx is cancelled.
+			_ = txn.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+
+	if err := fn(ctx, txn.Tx()); err != nil {
+		return Result{}, withLeaseCause(ctx, err)
+	}
+	if err := leaseLost(lease); err != nil {
+		return Result{}, err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return Result{}, withLeaseCause(ctx, err)
+	}
+	if err := txn.Commit(ctx); err != nil {
+		return Result{}, withLeaseCause(ctx, err)
+	}
+	committed = true
+	return Result{Resource: c.Resource, Token: c.Token, Holder: c.Holder, Key: c.Key}, nil
+}
+
+// NewClaim validates a lease and turns it into a claim (Key empty). Stores
+// that offer calls of their own on a lease (such as pgfence's Advance) use
+// it so that every entry point rejects the same bad input.
+func NewClaim(lease Lease) (Claim, error) {
+	if lease == nil {
+		return Claim{}, fmt.Errorf("%w: nil lease: pass the lock returned by Acquire", ErrInvalidLease)
+	}
+	c := Claim{Resource: lease.Name(), Token: lease.Token(), Holder: lease.Holder()}
+	switch {
+	case c.Resource == "":
+		return Claim{}, fmt.Errorf("%w: empty resource name (Name() == \"\")", ErrInvalidLease)
+	case c.Token <= 0:
+		return Claim{}, fmt.Errorf("%w: token must be > 0, got %d (a lease from fence.Acquire always has one)", ErrInvalidLease, c.Token)
+	case c.Holder == "":
+		return Claim{}, fmt.Errorf("%w: empty holder (Holder() == \"\")", ErrInvalidLease)
+	case strings.IndexByte(c.Resource, 0) >= 0 || strings.IndexByte(c.Holder, 0) >= 0:
+		return Claim{}, fmt.Errorf("%w: resource or holder contains a NUL byte", ErrInvalidLease)
+	}
+	return c, nil
+}
+
+// leaseLost is the fast path: a lease that says it is lost does not start
+// or commit a transaction.
+func leaseLost(lease Lease) error {
+	d, ok := lease.(doner)
+	if !ok {
+		return nil
+	}
+	select {
+	case <-d.Done():
+	default:
+		return nil
+	}
+	if e, ok := lease.(errer); ok {
+		if err := e.Err(); err != nil {
+			return errors.Join(ErrLeaseLost, err)
+		}
+	}
+	return ErrLeaseLost
+}
+
+// watchLease calls lost when done closes; stop ends the watch and waits
+// for its goroutine.
+func watchLease(done <-chan struct{}, lost func()) (stop func()) {
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-done:
+			lost()
+		case <-quit:
+		}
+	}()
+	return func() {
+		close(quit)
+		wg.Wait()
+	}
+}
+
+// withLeaseCause adds ErrLeaseLost to an error caused by the lease's loss
+// cancelling the transaction's context.
+func withLeaseCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost) {
+		return errors.Join(ErrLeaseLost, err)
+	}
+	return err
+}

@@ -1,0 +1,113 @@
+package pgfence
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SQLSTATEs raised by the fencelock functions (see migrations).
+const (
+	codeStale      = "FL001" // stale token
+	codeNotClaimed = "FL002" // protected table written without a claim
+	codeApplied    = "FL003" // idempotency key already applied
+	codeFinished   = "FL004" // resumable run finished
+)
+
+// MigrateCommand is the goose CLI command that installs the fencelock
+// schema; errors about a missing schema name it.
+const MigrateCommand = `goose -dir migrations -table fencelock_db_version postgres "$DATABASE_URL" up`
+
+var (
+	// ErrSchemaMissing is returned by every call when the fencelock schema
+	// (tables and functions) is not installed in the database.
+	ErrSchemaMissing = errors.New("pgfence: fencelock schema not installed: run migrations.Up(ctx, db), or: " + MigrateCommand)
+
+	// ErrNotClaimed is returned when a write to a table protected with
+	// Protect comes from a transaction that has not claimed a fence
+	// (call fencelock.claim(resource, token, holder) first, or write through
+	// guard.Exec).
+	ErrNotClaimed = errors.New("pgfence: write to a protected table without a fence claim")
+
+	// ErrRunFinished is returned by Run.Step when the run was finished
+	// (by this or an earlier holder): fn did not run, nothing was written.
+	// It wraps guard.ErrAlreadyApplied.
+	ErrRunFinished = fmt.Errorf("pgfence: run already finished: %w", guard.ErrAlreadyApplied)
+
+	// ErrFenceBusy is returned (with WithLockTimeout) when the fence row
+	// stayed locked by another open transaction, typically a previous
+	// holder paused in the middle of its transaction, longer than the lock
+	// timeout.
+	ErrFenceBusy = errors.New("pgfence: fence row locked by another transaction beyond the lock timeout")
+
+	// ErrBadTable is returned by Protect and Unprotect for a table name
+	// that is not one or two plain identifiers.
+	ErrBadTable = errors.New("pgfence: bad table name")
+
+	// ErrNoTable is returned by Protect and Unprotect when the table does
+	// not exist.
+	ErrNoTable = errors.New("pgfence: table does not exist")
+
+	// ErrInvalidInput is returned for an empty run key, a negative Prune
+	// age, a NUL byte or invalid UTF-8 in a string, and similar bad input;
+	// nothing is written.
+	ErrInvalidInput = errors.New("pgfence: invalid input")
+
+	// ErrNilDB is returned by New for a nil DB.
+	ErrNilDB = errors.New("pgfence: nil DB: pass a *pgxpool.Pool or *pgx.Conn")
+
+	// ErrInvalidOption is returned by New for a bad option.
+	ErrInvalidOption = errors.New("pgfence: invalid option")
+)
+
+// mapError turns the errors raised by the fencelock SQL functions into the
+// errors of guard and pgfence. It is the one place that knows the
+// SQLSTATEs; everything that talks to the database passes its errors here.
+func mapError(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case codeStale:
+		var d struct {
+			Resource string `json:"resource"`
+			Token    int64  `json:"token"`
+			Current  int64  `json:"current"`
+		}
+		if jerr := json.Unmarshal([]byte(pgErr.Detail), &d); jerr != nil {
+			// Still a stale token; the numbers are in the message.
+			return errors.Join(guard.ErrStaleToken, err)
+		}
+		return &guard.StaleTokenError{Resource: d.Resource, Token: d.Token, Current: d.Current}
+	case codeApplied:
+		var d struct {
+			Resource string `json:"resource"`
+			Key      string `json:"key"`
+			Token    int64  `json:"token"`
+		}
+		if jerr := json.Unmarshal([]byte(pgErr.Detail), &d); jerr != nil {
+			return errors.Join(guard.ErrAlreadyApplied, err)
+		}
+		return fmt.Errorf("%w: key %q of resource %q was applied by token %d; nothing was written", guard.ErrAlreadyApplied, d.Key, d.Resource, d.Token)
+	case codeFinished:
+		return fmt.Errorf("%w (%s)", ErrRunFinished, pgErr.Message)
+	case codeNotClaimed:
+		return fmt.Errorf("%w: %s", ErrNotClaimed, pgErr.Message)
+	case "55P03": // lock_not_available: lock_timeout expired
+		return errors.Join(ErrFenceBusy, err)
+	case "22023": // invalid_parameter_value, raised by the claim functions
+		if strings.HasPrefix(pgErr.Message, "fencelock:") {
+			return fmt.Errorf("%w: %s", ErrInvalidInput, pgErr.Message)
+		}
+	case "3F000", "42883", "42P01": // invalid_schema_name, undefined_function, undefined_table
+		if strings.Contains(pgErr.Message, "fencelock") {
+			return fmt.Errorf("%w (%s)", ErrSchemaMissing, pgErr.Message)
+		}
+	}
+	return err
+}

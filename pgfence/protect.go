@@ -1,0 +1,99 @@
+package pgfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// triggerName is the statement trigger Protect installs on a table.
+const triggerName = "fencelock_protect"
+
+// Protect installs a statement trigger on table that rejects INSERT,
+// UPDATE, DELETE and TRUNCATE from any transaction that has not claimed a
+// current fence: writes through guard.Exec pass, and so does raw SQL from
+// any language that first calls
+//
+//	SELECT fencelock.claim(resource, token, holder);
+//
+// in the same transaction. A write without a claim fails with
+// ErrNotClaimed, one whose claim has since been overtaken by a newer token
+// with a *guard.StaleTokenError. Calling it again is harmless.
+//
+// table is "name" or "schema.name", each part a plain identifier (letters,
+// digits, _ and $, not starting with a digit, at most 63 bytes), matched
+// exactly as written (it is quoted, so "Stock" is not "stock"). Anything
+// else is ErrBadTable; a table that does not exist is ErrNoTable.
+func (s *Store) Protect(ctx context.Context, table string) error {
+	id, err := parseTable(table)
+	if err != nil {
+		return err
+	}
+	sql := "CREATE OR REPLACE TRIGGER " + triggerName +
+		" BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON " + id.Sanitize() +
+		" FOR EACH STATEMENT EXECUTE FUNCTION fencelock.protect_guard()"
+	_, err = s.db.Exec(ctx, sql)
+	return tableError(table, err)
+}
+
+// Unprotect removes the trigger installed by Protect. Calling it on a
+// table that is not protected is harmless.
+func (s *Store) Unprotect(ctx context.Context, table string) error {
+	id, err := parseTable(table)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.Exec(ctx, "DROP TRIGGER IF EXISTS "+triggerName+" ON "+id.Sanitize())
+	return tableError(table, err)
+}
+
+func tableError(table string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && !strings.Contains(pgErr.Message, "fencelock") &&
+		(pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return fmt.Errorf("%w: %q (%s)", ErrNoTable, table, pgErr.Message)
+	}
+	return mapError(err)
+}
+
+// parseTable splits "name" or "schema.name" into identifiers and rejects
+// anything that is not a plain identifier, so no SQL is ever built from
+// unchecked input (and the parts are quoted as well).
+func parseTable(table string) (pgx.Identifier, error) {
+	if table == "" {
+		return nil, fmt.Errorf("%w: empty: pass a table name such as \"stock\" or \"public.stock\"", ErrBadTable)
+	}
+	parts := strings.Split(table, ".")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("%w: %q: at most schema.table", ErrBadTable, table)
+	}
+	for _, p := range parts {
+		if err := checkIdent(p); err != nil {
+			return nil, fmt.Errorf("%w: %q: %s", ErrBadTable, table, err)
+		}
+	}
+	return pgx.Identifier(parts), nil
+}
+
+func checkIdent(p string) error {
+	if p == "" {
+		return errors.New("empty identifier")
+	}
+	if len(p) > 63 {
+		return fmt.Errorf("identifier %.20q... longer than 63 bytes", p)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+		case (c >= '0' && c <= '9' || c == '$') && i > 0:
+		default:
+			return fmt.Errorf("character %q at byte %d is not allowed (letters, digits, _ and $ only, not starting with a digit)", c, i)
+		}
+	}
+	return nil
+}
