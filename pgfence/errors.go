@@ -48,8 +48,7 @@ var (
 	// that is not one or two plain identifiers.
 	ErrBadTable = errors.New("pgfence: bad table name")
 
-	// ErrNoTable is returned by Protect and Unprotect when the table does
-	// not exist.
+	// ErrNoTable is returned by Protect when the table does not exist.
 	ErrNoTable = errors.New("pgfence: table does not exist")
 
 	// ErrInvalidInput is returned for an empty run key, a negative Prune
@@ -111,3 +110,9 @@ func mapError(err error) error {
 	}
 	return err
 }
+
+// MapError translates an error from raw SQL that called the fencelock
+// functions (fencelock.claim, a protected table's trigger) into the errors
+// of guard and pgfence: FL001 becomes a *guard.StaleTokenError, FL002
+// ErrNotClaimed, and so on. Other errors are returned unchanged.
+func MapError(err error) error { return mapError(err) }

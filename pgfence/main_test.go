@@ -8,23 +8,35 @@ import (
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
+// testTimeout bounds each test's database calls: generous, so a loaded
+// machine does not fail a test, but a deadlock does.
+const testTimeout = 2 * time.Minute
+
+func testCtx(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // newDB returns a fresh database with the fencelock schema applied from
-// the embedded migrations.
+// the embedded migration files.
 func newDB(t testing.TB) *testenv.DB {
 	t.Helper()
 	db := testenv.NewDB(t)
-	migrate(t, db)
+	migrate(t, db.Pool)
 	return db
 }
 
-func migrate(t testing.TB, db *testenv.DB) {
+func migrate(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	sqlDB := stdlib.OpenDBFromPool(pool)
 	defer sqlDB.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -33,31 +45,55 @@ func migrate(t testing.TB, db *testenv.DB) {
 	}
 }
 
-func newStore(t testing.TB, db *testenv.DB, opts ...pgfence.Option) *pgfence.Store {
+func newStore(t testing.TB, db pgfence.DB, opts ...pgfence.Option) *pgfence.Store {
 	t.Helper()
-	s, err := pgfence.New(db.Pool, opts...)
+	s, err := pgfence.New(db, opts...)
 	if err != nil {
 		t.Fatalf("pgfence.New: %v", err)
 	}
 	return s
 }
 
-// lease is a fixed lease for tests that do not need a lock server.
+func mustExec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// storedToken is the token the database holds for resource (0 if none).
+func storedToken(t testing.TB, pool *pgxpool.Pool, resource string) int64 {
+	t.Helper()
+	return count(t, pool, "SELECT coalesce((SELECT token FROM fencelock.fence WHERE resource = $1), 0)", resource)
+}
+
+// lease is a fixed lease: what a lock looks like to guard, for tests that
+// do not need a lock server, and the view a paused process has of its lock
+// (it has not noticed the expiry yet).
 type lease struct {
 	name   string
 	token  int64
 	holder string
-	done   chan struct{}
 }
 
-func (l *lease) Name() string   { return l.name }
-func (l *lease) Token() int64   { return l.token }
-func (l *lease) Holder() string { return l.holder }
+func (l lease) Name() string   { return l.name }
+func (l lease) Token() int64   { return l.token }
+func (l lease) Holder() string { return l.holder }
 
-// doneLease is a lease with a Done channel, like *fence.Lock.
-type doneLease struct {
-	lease
-	done chan struct{}
+// stockTable creates the table the tests write "stock rows" to.
+func stockTable(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	mustExec(t, pool, "CREATE TABLE stock (sku text NOT NULL, qty int NOT NULL, writer text NOT NULL)")
 }
 
-func (l *doneLease) Done() <-chan struct{} { return l.done }
+// testenvNewDB is a fresh database without the fencelock schema.
+func testenvNewDB(t testing.TB) *testenv.DB { return testenv.NewDB(t) }

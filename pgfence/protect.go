@@ -41,7 +41,8 @@ func (s *Store) Protect(ctx context.Context, table string) error {
 }
 
 // Unprotect removes the trigger installed by Protect. Calling it on a
-// table that is not protected is harmless.
+// table that is not protected, or does not exist, is harmless; a bad name
+// is ErrBadTable.
 func (s *Store) Unprotect(ctx context.Context, table string) error {
 	id, err := parseTable(table)
 	if err != nil {

@@ -1,0 +1,384 @@
+package pgfence_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// insertStock returns an fn that writes n stock rows as writer.
+func insertStock(writer string, n int) func(ctx context.Context, tx pgx.Tx) error {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		for i := 0; i < n; i++ {
+			if _, err := tx.Exec(ctx, "INSERT INTO stock (sku, qty, writer) VALUES ($1, $2, $3)", "sku-"+string(rune('a'+i)), i, writer); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func rowsBy(t *testing.T, pool *pgxpool.Pool, writer string) int64 {
+	t.Helper()
+	return count(t, pool, "SELECT count(*) FROM stock WHERE writer = $1", writer)
+}
+
+func TestExecCommitsAndStoresToken(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+
+	res, err := guard.Exec(ctx, s, lease{"stock:eu", 7, "a"}, insertStock("a", 3), guard.WithKey("batch-1"))
+	require.NoError(t, err)
+	assert.Equal(t, guard.Result{Resource: "stock:eu", Token: 7, Holder: "a", Key: "batch-1"}, res)
+	assert.EqualValues(t, 3, rowsBy(t, db.Pool, "a"))
+	assert.EqualValues(t, 7, storedToken(t, db.Pool, "stock:eu"))
+	assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE resource = 'stock:eu' AND key = 'batch-1' AND token = 7"))
+
+	// A higher token is accepted and stored; the same token from the same
+	// holder is accepted again.
+	_, err = guard.Exec(ctx, s, lease{"stock:eu", 9, "b"}, insertStock("b", 1))
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, s, lease{"stock:eu", 9, "b"}, insertStock("b", 1))
+	require.NoError(t, err)
+	assert.EqualValues(t, 9, storedToken(t, db.Pool, "stock:eu"))
+	assert.EqualValues(t, 2, rowsBy(t, db.Pool, "b"))
+}
+
+func TestStaleTokenRejectsWholeTransaction(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+
+	_, err := guard.Exec(ctx, s, lease{"r", 10, "b"}, insertStock("b", 2))
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name string
+		l    lease
+	}{
+		{"lower token", lease{"r", 9, "a"}},
+		{"same token, other holder", lease{"r", 10, "a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ran := false
+			_, err := guard.Exec(ctx, s, tc.l, func(ctx context.Context, tx pgx.Tx) error {
+				ran = true
+				return insertStock("a", 5)(ctx, tx)
+			})
+			require.ErrorIs(t, err, guard.ErrStaleToken)
+			var se *guard.StaleTokenError
+			require.ErrorAs(t, err, &se)
+			assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: tc.l.token, Current: 10}, *se)
+			assert.False(t, ran, "fn must not run after a refused claim")
+			assert.EqualValues(t, 0, rowsBy(t, db.Pool, "a"))
+			assert.EqualValues(t, 2, rowsBy(t, db.Pool, "b"))
+			assert.EqualValues(t, 10, storedToken(t, db.Pool, "r"))
+			assert.Equal(t, "b", holderOf(t, db.Pool, "r"))
+		})
+	}
+	// The pool's connections are clean after the rejections.
+	_, err = guard.Exec(ctx, s, lease{"r", 11, "c"}, insertStock("c", 1))
+	require.NoError(t, err)
+}
+
+func holderOf(t *testing.T, pool *pgxpool.Pool, resource string) string {
+	t.Helper()
+	var h string
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT holder FROM fencelock.fence WHERE resource = $1", resource).Scan(&h))
+	return h
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+
+	_, err := guard.Exec(ctx, s, lease{"r", 5, "a"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
+	require.NoError(t, err)
+
+	// A later, legitimate holder retries the same batch: no second copy.
+	ran := false
+	_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, func(ctx context.Context, tx pgx.Tx) error {
+		ran = true
+		return insertStock("batch-7", 3)(ctx, tx)
+	}, guard.WithKey("batch-7"))
+	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+	assert.Contains(t, err.Error(), "token 5")
+	assert.False(t, ran)
+	assert.EqualValues(t, 3, rowsBy(t, db.Pool, "batch-7"))
+
+	// The same holder retrying (e.g. after an ambiguous commit) too.
+	_, err = guard.Exec(ctx, s, lease{"r", 5, "a"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
+	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+	assert.EqualValues(t, 3, rowsBy(t, db.Pool, "batch-7"))
+
+	// Another key, or the same key on another resource, is another batch.
+	_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("batch-8", 1), guard.WithKey("batch-8"))
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, s, lease{"other", 1, "b"}, insertStock("other-7", 1), guard.WithKey("batch-7"))
+	require.NoError(t, err)
+
+	// A stale holder with a fresh key is refused as stale, and its key is
+	// not recorded.
+	_, err = guard.Exec(ctx, s, lease{"r", 5, "a"}, insertStock("late", 1), guard.WithKey("batch-9"))
+	require.ErrorIs(t, err, guard.ErrStaleToken)
+	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = 'batch-9'"))
+
+	// A key with quotes and backslashes is stored verbatim (it travels as
+	// a literal in the begin round trip).
+	odd := `it's a \'key\' ; DROP TABLE stock; --`
+	_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("odd", 1), guard.WithKey(odd))
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = $1", odd))
+	_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("odd", 1), guard.WithKey(odd))
+	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+}
+
+func TestRollbackOnErrorPanicAndCancel(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+	boom := errors.New("boom")
+
+	t.Run("error", func(t *testing.T) {
+		_, err := guard.Exec(ctx, s, lease{"err", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			if err := insertStock("err", 2)(ctx, tx); err != nil {
+				return err
+			}
+			return boom
+		}, guard.WithKey("k"))
+		require.ErrorIs(t, err, boom)
+	})
+	t.Run("panic", func(t *testing.T) {
+		defer func() {
+			assert.Equal(t, "kaboom", recover())
+		}()
+		_, _ = guard.Exec(ctx, s, lease{"panic", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			if err := insertStock("panic", 2)(ctx, tx); err != nil {
+				return err
+			}
+			panic("kaboom")
+		}, guard.WithKey("k"))
+		t.Error("Exec returned instead of panicking")
+	})
+	t.Run("cancel", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		_, err := guard.Exec(cctx, s, lease{"cancel", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			if err := insertStock("cancel", 2)(ctx, tx); err != nil {
+				return err
+			}
+			cancel()
+			return insertStock("cancel", 1)(ctx, tx)
+		}, guard.WithKey("k"))
+		require.ErrorIs(t, err, context.Canceled)
+	})
+	t.Run("cancel after fn", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		_, err := guard.Exec(cctx, s, lease{"cancel2", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			err := insertStock("cancel2", 2)(ctx, tx)
+			cancel()
+			return err
+		}, guard.WithKey("k"))
+		require.ErrorIs(t, err, context.Canceled)
+	})
+	// Nothing of any of them: no rows, no token, no key.
+	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM stock"))
+	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.fence"))
+	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied"))
+	// And the pool still works.
+	_, err := guard.Exec(ctx, s, lease{"err", 3, "a"}, insertStock("ok", 1), guard.WithKey("k"))
+	require.NoError(t, err)
+}
+
+func TestBadInput(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+	fn := insertStock("bad", 1)
+
+	for _, tc := range []struct {
+		name  string
+		lease guard.Lease
+		opts  []guard.Option
+		want  error
+		msg   string
+	}{
+		{"nil lease", nil, nil, guard.ErrInvalidLease, "nil lease"},
+		{"empty resource", lease{"", 1, "a"}, nil, guard.ErrInvalidLease, "empty resource"},
+		{"zero token", lease{"r", 0, "a"}, nil, guard.ErrInvalidLease, "token must be > 0"},
+		{"negative token", lease{"r", -5, "a"}, nil, guard.ErrInvalidLease, "token must be > 0"},
+		{"empty holder", lease{"r", 1, ""}, nil, guard.ErrInvalidLease, "empty holder"},
+		{"NUL in resource", lease{"r\x00", 1, "a"}, nil, guard.ErrInvalidLease, "NUL"},
+		{"invalid UTF-8 holder", lease{"r", 1, "\xff"}, nil, pgfence.ErrInvalidInput, "UTF-8"},
+		{"empty key", lease{"r", 1, "a"}, []guard.Option{guard.WithKey("")}, guard.ErrInvalidOption, "empty idempotency key"},
+		{"nil option", lease{"r", 1, "a"}, []guard.Option{nil}, guard.ErrInvalidOption, "nil Option"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := guard.Exec(ctx, s, tc.lease, fn, tc.opts...)
+			require.ErrorIs(t, err, tc.want)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, nil)
+	require.ErrorIs(t, err, guard.ErrNilFunc)
+	_, err = guard.Exec[pgx.Tx](ctx, nil, lease{"r", 1, "a"}, fn)
+	require.ErrorIs(t, err, guard.ErrNilStore)
+
+	// Advance and runs reject the same leases.
+	require.ErrorIs(t, s.Advance(ctx, lease{"r", 0, "a"}), guard.ErrInvalidLease)
+	require.ErrorIs(t, s.Advance(ctx, nil), guard.ErrInvalidLease)
+	_, _, err = s.Run(lease{"r", 1, "a"}, "").Resume(ctx)
+	require.ErrorIs(t, err, pgfence.ErrInvalidInput)
+	require.ErrorIs(t, s.Run(lease{"r", 1, "a"}, "").Step(ctx, "1", nil), pgfence.ErrInvalidInput)
+	require.ErrorIs(t, s.Run(lease{"", 1, "a"}, "run").Finish(ctx), guard.ErrInvalidLease)
+	require.ErrorIs(t, s.Run(lease{"r", 1, "a"}, "run").Step(ctx, "bad\x00cursor", nil), pgfence.ErrInvalidInput)
+	_, err = s.Prune(ctx, -1)
+	require.ErrorIs(t, err, pgfence.ErrInvalidInput)
+
+	// Claims made by hand (guard.Store.Begin directly) are checked too.
+	_, err = s.Begin(ctx, guard.Claim{Resource: "r", Token: 0, Holder: "a"})
+	require.ErrorIs(t, err, guard.ErrInvalidLease)
+
+	// Nothing was written by any of them.
+	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM stock"))
+	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.fence"))
+	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.runs"))
+
+	// New and its options.
+	_, err = pgfence.New(nil)
+	require.ErrorIs(t, err, pgfence.ErrNilDB)
+	_, err = pgfence.New((*pgxpool.Pool)(nil))
+	require.ErrorIs(t, err, pgfence.ErrNilDB)
+	_, err = pgfence.New(db.Pool, pgfence.WithLockTimeout(0))
+	require.ErrorIs(t, err, pgfence.ErrInvalidOption)
+	_, err = pgfence.New(db.Pool, nil)
+	require.ErrorIs(t, err, pgfence.ErrInvalidOption)
+}
+
+func TestMissingSchema(t *testing.T) {
+	db := testenvNewDB(t) // no migrations
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+	mustExec(t, db.Pool, "CREATE TABLE stock (sku text)")
+
+	check := func(what string, err error) {
+		t.Helper()
+		require.ErrorIs(t, err, pgfence.ErrSchemaMissing, what)
+		assert.Contains(t, err.Error(), "migrations.Up", what)
+		assert.Contains(t, err.Error(), "goose -dir migrations", what)
+	}
+	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, pgx.Tx) error { return nil })
+	check("Exec", err)
+	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, pgx.Tx) error { return nil }, guard.WithKey("k"))
+	check("Exec WithKey", err)
+	check("Advance", s.Advance(ctx, lease{"r", 1, "a"}))
+	check("Protect", s.Protect(ctx, "stock"))
+	_, _, err = s.Run(lease{"r", 1, "a"}, "run").Resume(ctx)
+	check("Resume", err)
+	check("Step", s.Run(lease{"r", 1, "a"}, "run").Step(ctx, "1", nil))
+	_, err = s.Prune(ctx, 0)
+	check("Prune", err)
+	// Connections went back clean.
+	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM stock"))
+}
+
+func TestAdvanceClosesTheWindowBeforeFirstWrite(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+
+	a := lease{"r", 100, "a"}
+	b := lease{"r", 101, "b"}
+	require.NoError(t, s.Advance(ctx, a))
+	// B acquires and advances, but has not written yet.
+	require.NoError(t, s.Advance(ctx, b))
+	assert.EqualValues(t, 101, storedToken(t, db.Pool, "r"))
+	// A (paused until now) writes before B's first write: rejected.
+	_, err := guard.Exec(ctx, s, a, insertStock("a", 3))
+	var se *guard.StaleTokenError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: 100, Current: 101}, *se)
+	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "a"))
+	// A cannot advance back either; B's write goes through.
+	require.ErrorIs(t, s.Advance(ctx, a), guard.ErrStaleToken)
+	require.NoError(t, s.Advance(ctx, b), "the same holder may advance again")
+	_, err = guard.Exec(ctx, s, b, insertStock("b", 2))
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, rowsBy(t, db.Pool, "b"))
+}
+
+// A *pgx.Conn is a DB too, and a refused claim leaves it usable.
+func TestStoreOverConn(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	ctx := testCtx(t)
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	s := newStore(t, conn)
+
+	_, err = guard.Exec(ctx, s, lease{"r", 2, "b"}, insertStock("b", 1), guard.WithKey("k"))
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("a", 1))
+	require.ErrorIs(t, err, guard.ErrStaleToken)
+	_, err = guard.Exec(ctx, s, lease{"r", 2, "b"}, insertStock("b", 1), guard.WithKey("k"))
+	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+	assert.EqualValues(t, 'I', conn.PgConn().TxStatus())
+	_, err = guard.Exec(ctx, s, lease{"r", 2, "b"}, insertStock("b", 1))
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, rowsBy(t, db.Pool, "b"))
+	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "a"))
+}
+
+// Any other DB implementation takes the two-round-trip path, with the same
+// semantics.
+func TestStoreOverOtherDB(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	ctx := testCtx(t)
+	s := newStore(t, wrappedDB{db.Pool})
+
+	_, err := guard.Exec(ctx, s, lease{"r", 2, "b"}, insertStock("b", 1), guard.WithKey("k"))
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("a", 1))
+	require.ErrorIs(t, err, guard.ErrStaleToken)
+	_, err = guard.Exec(ctx, s, lease{"r", 3, "b"}, insertStock("b", 1), guard.WithKey("k"))
+	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "b"))
+	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "a"))
+	assert.EqualValues(t, 2, storedToken(t, db.Pool, "r"))
+}
+
+type wrappedDB struct{ *pgxpool.Pool }
+
+func TestMapErrorOfRawSQL(t *testing.T) {
+	db := newDB(t)
+	ctx := testCtx(t)
+	s := newStore(t, db.Pool)
+	require.NoError(t, s.Advance(ctx, lease{"r", 5, "b"}))
+	_, err := db.Pool.Exec(ctx, "SELECT fencelock.claim('r', 4, 'a')")
+	require.Error(t, err)
+	mapped := pgfence.MapError(err)
+	var se *guard.StaleTokenError
+	require.ErrorAs(t, mapped, &se)
+	assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: 4, Current: 5}, *se)
+	assert.Nil(t, pgfence.MapError(nil))
+	other := errors.New("x")
+	assert.Equal(t, other, pgfence.MapError(other))
+	assert.True(t, strings.HasPrefix(se.Error(), "guard: "))
+}

@@ -1,0 +1,143 @@
+package pgfence_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rawTx runs stmts in one raw transaction (as a writer in another
+// language would) and returns the first error.
+func rawTx(ctx context.Context, conn interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, stmts ...string) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+func TestProtect(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+	mustExec(t, db.Pool, "INSERT INTO stock VALUES ('seed', 1, 'seed')")
+
+	require.NoError(t, s.Protect(ctx, "stock"))
+	require.NoError(t, s.Protect(ctx, "public.stock"), "protecting twice is harmless")
+	require.NoError(t, s.Advance(ctx, lease{"stock", 10, "b"}))
+
+	t.Run("no claim", func(t *testing.T) {
+		for _, stmt := range []string{
+			"INSERT INTO stock VALUES ('x', 1, 'raw')",
+			"UPDATE stock SET qty = 2",
+			"DELETE FROM stock",
+			"TRUNCATE stock",
+		} {
+			err := rawTx(ctx, db.Pool, stmt)
+			require.Error(t, err, stmt)
+			assert.Equal(t, "FL002", sqlState(err), stmt)
+			require.ErrorIs(t, pgfence.MapError(err), pgfence.ErrNotClaimed, stmt)
+		}
+	})
+	t.Run("stale claim", func(t *testing.T) {
+		// The claim function itself refuses a stale token...
+		err := rawTx(ctx, db.Pool, "SELECT fencelock.claim('stock', 9, 'a')", "INSERT INTO stock VALUES ('x', 1, 'raw')")
+		assert.Equal(t, "FL001", sqlState(err))
+		// ...and the trigger refuses a transaction whose claim settings
+		// carry a stale token (set by hand, without the claim).
+		err = rawTx(ctx, db.Pool,
+			"SELECT set_config('fencelock.resource', 'stock', true), set_config('fencelock.token', '9', true), set_config('fencelock.holder', 'a', true)",
+			"INSERT INTO stock VALUES ('x', 1, 'raw')")
+		assert.Equal(t, "FL001", sqlState(err))
+		var se *guard.StaleTokenError
+		require.ErrorAs(t, pgfence.MapError(err), &se)
+		assert.Equal(t, guard.StaleTokenError{Resource: "stock", Token: 9, Current: 10}, *se)
+		// A claim on a resource that was never claimed is not current
+		// either.
+		err = rawTx(ctx, db.Pool,
+			"SELECT set_config('fencelock.resource', 'nope', true), set_config('fencelock.token', '1', true), set_config('fencelock.holder', 'a', true)",
+			"INSERT INTO stock VALUES ('x', 1, 'raw')")
+		assert.Equal(t, "FL001", sqlState(err))
+	})
+	t.Run("claim ended with its transaction", func(t *testing.T) {
+		conn, err := db.Pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		require.NoError(t, rawTx(ctx, conn, "SELECT fencelock.claim('stock', 10, 'b')"))
+		// Same session, next transaction: the settings are gone.
+		err = rawTx(ctx, conn, "INSERT INTO stock VALUES ('x', 1, 'raw')")
+		assert.Equal(t, "FL002", sqlState(err))
+	})
+	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "raw"))
+	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "seed"))
+
+	t.Run("current claim", func(t *testing.T) {
+		require.NoError(t, rawTx(ctx, db.Pool, "SELECT fencelock.claim('stock', 10, 'b')", "INSERT INTO stock VALUES ('x', 1, 'raw')"))
+		require.NoError(t, rawTx(ctx, db.Pool, "SELECT fencelock.claim('stock', 11, 'c')", "UPDATE stock SET qty = qty + 1 WHERE writer = 'raw'"))
+		_, err := guard.Exec(ctx, s, lease{"stock", 11, "c"}, insertStock("guarded", 2))
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, rowsBy(t, db.Pool, "raw"))
+		assert.EqualValues(t, 2, rowsBy(t, db.Pool, "guarded"))
+		// The holder that was current a moment ago is now stale.
+		err = rawTx(ctx, db.Pool, "SELECT fencelock.claim('stock', 10, 'b')", "INSERT INTO stock VALUES ('x', 1, 'raw')")
+		assert.Equal(t, "FL001", sqlState(err))
+	})
+
+	require.NoError(t, s.Unprotect(ctx, "stock"))
+	require.NoError(t, s.Unprotect(ctx, "stock"), "unprotecting twice is harmless")
+	require.NoError(t, rawTx(ctx, db.Pool, "INSERT INTO stock VALUES ('x', 1, 'after')"))
+	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "after"))
+}
+
+func TestProtectTableNames(t *testing.T) {
+	db := newDB(t)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+	mustExec(t, db.Pool, `CREATE SCHEMA inv`)
+	mustExec(t, db.Pool, `CREATE TABLE inv."Stock_2$" (n int)`)
+
+	require.NoError(t, s.Protect(ctx, `inv.Stock_2$`), "mixed case and $ are matched exactly")
+	err := rawTx(ctx, db.Pool, `INSERT INTO inv."Stock_2$" VALUES (1)`)
+	assert.Equal(t, "FL002", sqlState(err))
+	require.NoError(t, s.Unprotect(ctx, `inv.Stock_2$`))
+
+	for _, bad := range []string{
+		"", ".", "a.", ".a", "a.b.c", "stock; DROP TABLE x", `"stock"`, "sto ck", "1stock",
+		"stock--", "st'ock", "stock\x00", "ströck", "a.b c", string(make([]byte, 64)),
+		"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", // 64 bytes
+	} {
+		err := s.Protect(ctx, bad)
+		require.ErrorIs(t, err, pgfence.ErrBadTable, "%q", bad)
+		require.ErrorIs(t, s.Unprotect(ctx, bad), pgfence.ErrBadTable, "%q", bad)
+	}
+	err = s.Protect(ctx, "missing")
+	require.ErrorIs(t, err, pgfence.ErrNoTable)
+	require.ErrorIs(t, s.Protect(ctx, "nosuchschema.stock"), pgfence.ErrNoTable)
+	require.NoError(t, s.Unprotect(ctx, "missing"), "nothing to remove")
+	// No trigger was created anywhere.
+	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM pg_trigger WHERE tgname = 'fencelock_protect'"))
+}
