@@ -36,8 +36,17 @@ type Client struct {
 // deadline rather than at the client's read timeout, create rdb with
 // ContextTimeoutEnabled; losses are signalled on time either way.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	if rdb == nil {
+	switch x := rdb.(type) {
+	case nil:
 		return nil, invalidOption("New: the Redis client is nil")
+	case *redis.Client:
+		if x == nil {
+			return nil, invalidOption("New: the Redis client is a nil *redis.Client")
+		}
+	case *redis.ClusterClient:
+		if x == nil {
+			return nil, invalidOption("New: the Redis client is a nil *redis.ClusterClient")
+		}
 	}
 	if _, ok := rdb.(*redis.Ring); ok {
 		return nil, invalidOption("New: *redis.Ring is not supported; use a *redis.Client or *redis.ClusterClient")

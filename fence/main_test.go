@@ -1,0 +1,77 @@
+package fence_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newClient returns a fence client on rdb whose keys carry the test's
+// unique prefix; it is closed at the end of the test.
+func newClient(t testing.TB, r *testenv.Redis, rdb redis.UniversalClient, opts ...fence.Option) *fence.Client {
+	t.Helper()
+	if rdb == nil {
+		rdb = r.Client()
+	}
+	c, err := fence.New(rdb, append([]fence.Option{fence.WithPrefix(r.Prefix + "fence:")}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// lockKey is the lock's key for a client made by newClient.
+func lockKey(r *testenv.Redis, name string) string { return r.Prefix + "fence:{" + name + "}" }
+
+// recorder is an Observer that counts events.
+type recorder struct {
+	mu     sync.Mutex
+	counts map[string]int
+	events []string
+}
+
+func newRecorder() *recorder { return &recorder{counts: map[string]int{}} }
+
+func (r *recorder) add(kind string, e fence.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.counts[kind]++
+	r.events = append(r.events, kind+":"+e.Name)
+}
+
+func (r *recorder) count(kind string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts[kind]
+}
+
+func (r *recorder) Acquired(e fence.Event)      { r.add("acquired", e) }
+func (r *recorder) Waited(e fence.Event)        { r.add("waited", e) }
+func (r *recorder) Renewed(e fence.Event)       { r.add("renewed", e) }
+func (r *recorder) RenewalFailed(e fence.Event) { r.add("renewalFailed", e) }
+func (r *recorder) Lost(e fence.Event)          { r.add("lost", e) }
+func (r *recorder) Released(e fence.Event)      { r.add("released", e) }
+
+// doneAt records when a lock's context was cancelled.
+func doneAt(l *fence.Lock) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		<-l.Done()
+		ch <- time.Now()
+	}()
+	return ch
+}

@@ -1,0 +1,422 @@
+package fence_test
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+// schedSlack allows for timer and scheduling delay on a loaded machine
+// when checking that a loss was signalled by the local deadline.
+const schedSlack = 250 * time.Millisecond
+
+func TestWatchdogKeepsLockAlive(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 20*time.Second)
+	rec := newRecorder()
+	const lease = 200 * time.Millisecond
+	c := newClient(t, r, nil, fence.WithLease(lease), fence.WithObserver(rec))
+	l, err := c.Acquire(ctx, "alive")
+	require.NoError(t, err)
+	time.Sleep(10 * lease)
+	assert.NoError(t, l.Err(), "held 10x its lease while Redis is reachable")
+	pttl, err := r.Client().PTTL(ctx, lockKey(r, "alive")).Result()
+	require.NoError(t, err)
+	assert.Positive(t, pttl)
+	assert.GreaterOrEqual(t, rec.count("renewed"), 10)
+	assert.Zero(t, rec.count("lost"))
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestNoRenewalAfterRelease(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 20*time.Second)
+	var renewCalls atomic.Int64
+	rdb := r.NewClient(nil)
+	rdb.AddHook(countScripts{n: &renewCalls, marker: "PEXPIRE', KEYS[1], ARGV[3]"})
+	const lease = 150 * time.Millisecond
+	rec := newRecorder()
+	c := newClient(t, r, rdb, fence.WithLease(lease), fence.WithObserver(rec))
+	l, err := c.Acquire(ctx, "nr")
+	require.NoError(t, err)
+	time.Sleep(3 * lease)
+	require.NoError(t, l.Release(ctx))
+	afterRelease := renewCalls.Load()
+	renewed := rec.count("renewed")
+	assert.Positive(t, afterRelease, "the hook sees renewals")
+	time.Sleep(5 * lease)
+	assert.Equal(t, afterRelease, renewCalls.Load(), "a renewal was sent after Release")
+	assert.Equal(t, renewed, rec.count("renewed"))
+
+	// And after Close.
+	l2, err := c.Acquire(ctx, "nr2")
+	require.NoError(t, err)
+	time.Sleep(2 * lease)
+	require.NoError(t, c.Close(ctx))
+	afterClose := renewCalls.Load()
+	time.Sleep(4 * lease)
+	assert.Equal(t, afterClose, renewCalls.Load(), "a renewal was sent after Close")
+	assert.ErrorIs(t, l2.Err(), fence.ErrClosed)
+}
+
+// countScripts counts the renewal scripts a client sends (EVALSHA and
+// EVAL, single or pipelined), recognising the script by its sha.
+type countScripts struct {
+	n      *atomic.Int64
+	marker string
+}
+
+func (h countScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (h countScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (h countScripts) count(cmd redis.Cmder) {
+	if isRenew(cmd) {
+		h.n.Add(1)
+	}
+}
+
+// isRenew recognises the renewal script: three args after the key,
+// the last the lease in ms (acquire has two keys, release four args).
+func isRenew(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	if len(a) != 7 {
+		return false
+	}
+	name, _ := a[0].(string)
+	if name != "evalsha" && name != "eval" {
+		return false
+	}
+	nk, _ := a[2].(int)
+	_, leaseArg := a[6].(int64)
+	return nk == 1 && leaseArg
+}
+
+func TestRenewalsArePipelined(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 20*time.Second)
+	var pipelines, renewsInPipelines, single atomic.Int64
+	rdb := r.NewClient(nil)
+	rdb.AddHook(pipeCounter{pipes: &pipelines, renews: &renewsInPipelines, single: &single})
+	const lease, n = 600 * time.Millisecond, 50
+	c := newClient(t, r, rdb, fence.WithLease(lease))
+	var locks []*fence.Lock
+	for i := range n {
+		l, err := c.TryAcquire(ctx, "pl"+itoa(i))
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	time.Sleep(2 * lease)
+	for _, l := range locks {
+		require.NoError(t, l.Err())
+		require.NoError(t, l.Release(ctx))
+	}
+	p, rn := pipelines.Load(), renewsInPipelines.Load()
+	t.Logf("%d renewals in %d pipelines", rn, p)
+	assert.Zero(t, single.Load(), "no renewal goes out alone")
+	assert.GreaterOrEqual(t, rn, int64(n*3), "every lock was renewed several times")
+	// Locks acquired within a few ms of each other share rounds: far fewer
+	// round trips than renewals.
+	assert.Less(t, p*5, rn)
+}
+
+type pipeCounter struct{ pipes, renews, single *atomic.Int64 }
+
+func (h pipeCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h pipeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isRenew(cmd) {
+			h.single.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		k := int64(0)
+		for _, c := range cmds {
+			if isRenew(c) {
+				k++
+			}
+		}
+		if k > 0 {
+			h.pipes.Add(1)
+			h.renews.Add(k)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func itoa(i int) string {
+	const d = "0123456789"
+	if i < 10 {
+		return d[i : i+1]
+	}
+	return itoa(i/10) + d[i%10:i%10+1]
+}
+
+// lossTest holds a lock with lease, injects a fault for faultFor, and
+// checks the loss was signalled by the local deadline, while the fault
+// lasted, with ErrLockLost.
+func lossTest(t *testing.T, rdb redis.UniversalClient, r *testenv.Redis, inject, heal func() error) {
+	ctx := ctxT(t, 30*time.Second)
+	const lease = time.Second
+	rec := newRecorder()
+	c := newClient(t, r, rdb, fence.WithLease(lease), fence.WithObserver(rec))
+	l, err := c.Acquire(ctx, "loss")
+	require.NoError(t, err)
+	time.Sleep(lease / 2) // at least one renewal
+	at := doneAt(l)
+	faultStart := time.Now()
+	require.NoError(t, inject())
+	var cancelled time.Time
+	select {
+	case cancelled = <-at:
+	case <-time.After(2500 * time.Millisecond):
+	}
+	// Keep the fault for 2.5 leases, so that the server expires the lock.
+	time.Sleep(time.Until(faultStart.Add(2500 * time.Millisecond)))
+	healed := time.Now()
+	require.NoError(t, heal())
+	require.False(t, cancelled.IsZero(), "lock not cancelled within 2.5 s of a fault on a 1 s lease")
+	assert.ErrorIs(t, l.Err(), fence.ErrLockLost)
+	deadline := l.Deadline() // last successful renewal start + lease − margin
+	assert.True(t, deadline.Before(faultStart.Add(lease)), "deadline %v must derive from a renewal before the fault at %v", deadline, faultStart)
+	assert.True(t, cancelled.Before(healed), "loss signalled while the fault lasted")
+	late := cancelled.Sub(deadline)
+	t.Logf("cancelled %v after the local deadline (negative: before); %v after the fault", late, cancelled.Sub(faultStart))
+	assert.LessOrEqual(t, late, schedSlack, "cancelled after the local deadline")
+	assert.Equal(t, 1, rec.count("lost"))
+	assert.ErrorIs(t, l.Release(ctx), fence.ErrNotHeld) // expired on the server meanwhile
+}
+
+func TestLossSignalledOnPause(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	lossTest(t, nil, r, r.Pause, r.Resume)
+}
+
+func TestLossSignalledOnBlackhole(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	p, err := testenv.NewProxy(r.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lossTest(t, rdb, r, func() error { p.Blackhole(); return nil }, func() error { p.Restore(); return nil })
+}
+
+func TestLossSignalledOnBlackholeDefaultTimeouts(t *testing.T) {
+	// Without ContextTimeoutEnabled the renewal round hangs until the read
+	// timeout (3 s); the loss must be signalled on time all the same.
+	r := testenv.NewRedisServer(t)
+	p, err := testenv.NewProxy(r.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lossTest(t, rdb, r, func() error { p.Blackhole(); return nil }, func() error { p.Restore(); return nil })
+}
+
+func TestLossImmediateOnFlush(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	ctx := ctxT(t, 20*time.Second)
+	const lease = 3 * time.Second
+	c := newClient(t, r, nil, fence.WithLease(lease))
+	l, err := c.Acquire(ctx, "flush")
+	require.NoError(t, err)
+	at := doneAt(l)
+	require.NoError(t, r.Flush(ctx))
+	deadlineAtFlush := l.Deadline()
+	select {
+	case cancelled := <-at:
+		// The next renewal (≤ lease/3) found no key: lost at once, not at
+		// the deadline.
+		assert.True(t, cancelled.Before(deadlineAtFlush.Add(-lease/3)), "cancelled %v, deadline %v", cancelled, deadlineAtFlush)
+	case <-ctx.Done():
+		t.Fatal("not lost after FLUSHALL")
+	}
+	assert.ErrorIs(t, l.Err(), fence.ErrLockLost)
+}
+
+func TestLossImmediateOnOtherHolder(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 20*time.Second)
+	const lease = 3 * time.Second
+	c := newClient(t, r, nil, fence.WithLease(lease))
+	l, err := c.Acquire(ctx, "steal")
+	require.NoError(t, err)
+	at := doneAt(l)
+	require.NoError(t, r.Client().HSet(ctx, lockKey(r, "steal"), "holder", "intruder").Err())
+	select {
+	case cancelled := <-at:
+		assert.True(t, cancelled.Before(l.Deadline().Add(-lease/3)))
+	case <-ctx.Done():
+		t.Fatal("not lost when another holder took the key")
+	}
+	assert.ErrorIs(t, l.Err(), fence.ErrLockLost)
+	assert.ErrorIs(t, l.Release(ctx), fence.ErrNotHeld)
+	h, err := r.Client().HGet(ctx, lockKey(r, "steal"), "holder").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "intruder", h, "release deleted nothing of the other holder")
+}
+
+func TestLossOnRestartWithoutData(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	ctx := ctxT(t, 30*time.Second)
+	c := newClient(t, r, nil, fence.WithLease(time.Second))
+	l, err := c.Acquire(ctx, "rst")
+	require.NoError(t, err)
+	require.NoError(t, r.Restart(false))
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		t.Fatal("not lost after a restart without data")
+	}
+	assert.ErrorIs(t, l.Err(), fence.ErrLockLost)
+	// The script cache was lost too: acquiring again reloads it, and the
+	// token still increases.
+	l2, err := c.Acquire(ctx, "rst")
+	require.NoError(t, err)
+	assert.Greater(t, l2.Token(), l.Token())
+	require.NoError(t, l2.Release(ctx))
+}
+
+func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	p, err := testenv.NewProxy(r.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := ctxT(t, 30*time.Second)
+	const lease = 1500 * time.Millisecond
+	c := newClient(t, r, rdb, fence.WithLease(lease))
+	l, err := c.Acquire(ctx, "blip")
+	require.NoError(t, err)
+	for range 3 {
+		time.Sleep(lease / 3)
+		p.Blackhole()
+		time.Sleep(lease / 4)
+		p.Restore()
+		require.NoError(t, r.Pause())
+		time.Sleep(lease / 4)
+		require.NoError(t, r.Resume())
+	}
+	time.Sleep(lease)
+	assert.NoError(t, l.Err(), "blips shorter than lease/3 lose nothing")
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestMaxHold(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 20*time.Second)
+	rec := newRecorder()
+	c := newClient(t, r, nil, fence.WithLease(300*time.Millisecond), fence.WithObserver(rec))
+	start := time.Now()
+	l, err := c.Acquire(ctx, "mh", fence.WithMaxHold(time.Second))
+	require.NoError(t, err)
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		t.Fatal("max hold not enforced")
+	}
+	assert.GreaterOrEqual(t, time.Since(start), time.Second)
+	assert.ErrorIs(t, l.Err(), fence.ErrMaxHold)
+	renewed := rec.count("renewed")
+	assert.Positive(t, renewed, "renewed until the limit")
+	// The watchdog stopped: the key expires within a lease.
+	require.Eventually(t, func() bool {
+		n, err := r.Client().Exists(ctx, lockKey(r, "mh")).Result()
+		return err == nil && n == 0
+	}, 5*time.Second, 20*time.Millisecond)
+	assert.Equal(t, renewed, rec.count("renewed"))
+}
+
+func TestFixedLeaseAndRefresh(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 20*time.Second)
+	c := newClient(t, r, nil)
+	l, err := c.Acquire(ctx, "fx", fence.WithFixedLease(400*time.Millisecond))
+	require.NoError(t, err)
+	for range 4 {
+		time.Sleep(200 * time.Millisecond)
+		before := l.Deadline()
+		require.NoError(t, l.Refresh(ctx, 400*time.Millisecond))
+		assert.True(t, l.Deadline().After(before))
+	}
+	assert.NoError(t, l.Err(), "refreshed past its first lease")
+	pttl, err := r.Client().PTTL(ctx, lockKey(r, "fx")).Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, time.Duration(0))
+	assert.LessOrEqual(t, pttl, 400*time.Millisecond, "no watchdog extended it")
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		t.Fatal("fixed lease not cancelled at its deadline")
+	}
+	assert.ErrorIs(t, l.Err(), fence.ErrLockLost)
+	assert.ErrorIs(t, l.Refresh(ctx, time.Second), fence.ErrLockLost)
+
+	w, err := c.Acquire(ctx, "wd")
+	require.NoError(t, err)
+	assert.ErrorIs(t, w.Refresh(ctx, time.Second), fence.ErrInvalidOption, "Refresh is for fixed-lease locks")
+	require.NoError(t, w.Release(ctx))
+
+	f, err := c.Acquire(ctx, "fx2", fence.WithFixedLease(5*time.Second))
+	require.NoError(t, err)
+	assert.ErrorIs(t, f.Refresh(ctx, time.Millisecond), fence.ErrInvalidOption)
+	require.NoError(t, r.Client().Del(ctx, lockKey(r, "fx2")).Err())
+	assert.ErrorIs(t, f.Refresh(ctx, time.Second), fence.ErrNotHeld)
+	assert.ErrorIs(t, f.Err(), fence.ErrLockLost)
+}
+
+func TestGoroutinesIndependentOfLockCount(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 60*time.Second)
+	c := newClient(t, r, nil, fence.WithLease(3*time.Second))
+	l0, err := c.TryAcquire(ctx, "g-first")
+	require.NoError(t, err)
+	base := runtime.NumGoroutine()
+	var ms0, ms1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms0)
+	const n = 1000
+	locks := make([]*fence.Lock, 0, n)
+	for i := range n {
+		l, err := c.TryAcquire(ctx, "g"+itoa(i))
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms1)
+	perLock := (int64(ms1.HeapAlloc) - int64(ms0.HeapAlloc)) / n
+	t.Logf("goroutines: %d with 1 lock, %d with %d locks; heap ≈ %d B per held lock", base, runtime.NumGoroutine(), n+1, perLock)
+	assert.LessOrEqual(t, runtime.NumGoroutine(), base+2, "goroutines grow with held locks")
+	assert.Less(t, perLock, int64(2048))
+	time.Sleep(1500 * time.Millisecond) // one renewal round of all of them
+	for _, l := range locks {
+		require.NoError(t, l.Err())
+	}
+	require.NoError(t, c.Close(ctx))
+	assert.ErrorIs(t, l0.Err(), fence.ErrClosed)
+}
