@@ -38,6 +38,7 @@ var (
 type Store struct {
 	db          DB
 	lockTimeout time.Duration
+	idleTimeout time.Duration
 }
 
 // Option configures a Store.
@@ -56,6 +57,25 @@ func WithLockTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: WithLockTimeout(%v): must be at least 1ms", ErrInvalidOption, d)
 		}
 		s.lockTimeout = d
+		return nil
+	}
+}
+
+// WithIdleTimeout makes Postgres end a guarded transaction's session when
+// the transaction sits idle (no statement from the client) for longer than
+// d: set idle_in_transaction_session_timeout with SET LOCAL, in the same
+// round trip as BEGIN. A holder frozen in the middle of its transaction
+// (SIGSTOP, VM freeze, partition) holds the fence row, and every later
+// holder's claim waits for it; with this option the database rolls the
+// frozen transaction back after d and the next holder proceeds. Pick d
+// above the longest pause between two statements of a healthy fn, e.g. the
+// lock's lease. d must be at least a millisecond. Default: off.
+func WithIdleTimeout(d time.Duration) Option {
+	return func(s *Store) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: WithIdleTimeout(%v): must be at least 1ms", ErrInvalidOption, d)
+		}
+		s.idleTimeout = d
 		return nil
 	}
 }
@@ -112,6 +132,10 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, extra string) (*txn, e
 	if s.lockTimeout > 0 {
 		b.WriteString(";SET LOCAL lock_timeout = ")
 		b.WriteString(strconv.FormatInt(s.lockTimeout.Milliseconds(), 10))
+	}
+	if s.idleTimeout > 0 {
+		b.WriteString(";SET LOCAL idle_in_transaction_session_timeout = ")
+		b.WriteString(strconv.FormatInt(s.idleTimeout.Milliseconds(), 10))
 	}
 	b.WriteString(";SELECT fencelock.claim(")
 	b.WriteString(quoteLiteral(c.Resource))
