@@ -24,7 +24,8 @@ var files embed.FS
 // FS returns the embedded SQL migration files (goose format, at the root).
 func FS() fs.FS { return files }
 
-// newProvider builds a goose provider over the embedded files with
+// newProvider builds a goose provider (never Closed: that would close the
+// caller's db) over the embedded files with
 // Postgres's session-level advisory lock, so that two processes migrating
 // at once take turns instead of colliding.
 func newProvider(db *sql.DB) (*goose.Provider, error) {
@@ -57,7 +58,6 @@ func Up(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	defer p.Close()
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("migrations: up: %w", err)
 	}
@@ -72,7 +72,6 @@ func Down(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	defer p.Close()
 	if _, err := p.DownTo(ctx, 0); err != nil {
 		return fmt.Errorf("migrations: down: %w", err)
 	}
@@ -85,7 +84,6 @@ func Status(ctx context.Context, db *sql.DB) ([]*goose.MigrationStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
 	st, err := p.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: status: %w", err)

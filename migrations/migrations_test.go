@@ -1,0 +1,215 @@
+package migrations_test
+
+import (
+	"context"
+	"database/sql"
+	"io/fs"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/migrations"
+	"github.com/fencelock/fencelock/testenv"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func openDB(t *testing.T, url string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// objects lists what lives in the fencelock schema, and the triggers that
+// use its functions anywhere.
+func objects(t *testing.T, db *sql.DB) (tables, functions, triggers int) {
+	t.Helper()
+	ctx := ctxT(t)
+	q := func(sql string) int {
+		var n int
+		require.NoError(t, db.QueryRowContext(ctx, sql).Scan(&n))
+		return n
+	}
+	tables = q(`SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'fencelock'`)
+	functions = q(`SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'fencelock'`)
+	triggers = q(`SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'fencelock'`)
+	return
+}
+
+var wantFunctions = []string{"apply_key", "claim", "protect_guard", "run_finish", "run_step"}
+
+func functionNames(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.QueryContext(ctxT(t), `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'fencelock' ORDER BY 1`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		names = append(names, s)
+	}
+	require.NoError(t, rows.Err())
+	return names
+}
+
+func schemaExists(t *testing.T, db *sql.DB) bool {
+	var ok bool
+	require.NoError(t, db.QueryRowContext(ctxT(t), `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'fencelock')`).Scan(&ok))
+	return ok
+}
+
+func TestUpDownUp(t *testing.T) {
+	tdb := testenv.NewDB(t)
+	db := openDB(t, tdb.URL)
+	ctx := ctxT(t)
+
+	st, err := migrations.Status(ctx, db)
+	require.NoError(t, err)
+	require.NotEmpty(t, st)
+	for _, s := range st {
+		assert.Equal(t, goose.StatePending, s.State)
+	}
+
+	require.NoError(t, migrations.Up(ctx, db))
+	require.NoError(t, migrations.Up(ctx, db), "Up again is a no-op")
+	st, err = migrations.Status(ctx, db)
+	require.NoError(t, err)
+	for _, s := range st {
+		assert.Equal(t, goose.StateApplied, s.State, s.Source.Path)
+	}
+	tables, functions, _ := objects(t, db)
+	assert.Positive(t, tables)
+	assert.Equal(t, len(wantFunctions), functions)
+	assert.Equal(t, wantFunctions, functionNames(t, db))
+
+	// The schema works: claim, and protect a user table by hand.
+	_, err = db.ExecContext(ctx, `CREATE TABLE stock (n int)`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO stock VALUES (1)`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `CREATE TRIGGER fencelock_protect BEFORE INSERT ON stock FOR EACH STATEMENT EXECUTE FUNCTION fencelock.protect_guard()`)
+	require.NoError(t, err)
+	var prev int64
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT fencelock.claim('r', 5, 'a')`).Scan(&prev))
+	assert.EqualValues(t, 0, prev)
+	_, err = db.ExecContext(ctx, `SELECT fencelock.claim('r', 4, 'b')`)
+	require.ErrorContains(t, err, "FL001")
+	_, _, triggers := objects(t, db)
+	assert.Equal(t, 1, triggers)
+
+	// Down removes all of it, including the trigger on the user's table,
+	// and leaves the user's data alone.
+	require.NoError(t, migrations.Down(ctx, db))
+	assert.False(t, schemaExists(t, db))
+	tables, functions, triggers = objects(t, db)
+	assert.Zero(t, tables)
+	assert.Zero(t, functions)
+	assert.Zero(t, triggers)
+	var n int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM stock`).Scan(&n))
+	assert.Equal(t, 1, n)
+	st, err = migrations.Status(ctx, db)
+	require.NoError(t, err)
+	for _, s := range st {
+		assert.Equal(t, goose.StatePending, s.State)
+	}
+	require.NoError(t, migrations.Down(ctx, db), "Down again is a no-op")
+
+	// Up after Down.
+	require.NoError(t, migrations.Up(ctx, db))
+	assert.True(t, schemaExists(t, db))
+	assert.Equal(t, wantFunctions, functionNames(t, db))
+}
+
+// Two processes migrating the same database at once take turns on goose's
+// Postgres session lock: both succeed, each migration is applied once.
+func TestConcurrentUp(t *testing.T) {
+	tdb := testenv.NewDB(t)
+	const procs = 3
+	dbs := make([]*sql.DB, procs)
+	for i := range dbs {
+		dbs[i] = openDB(t, tdb.URL) // separate pools: separate sessions
+	}
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	errs := make([]error, procs)
+	start := make(chan struct{})
+	for i := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = migrations.Up(ctx, dbs[i])
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "migrator %d", i)
+	}
+	var applied int
+	require.NoError(t, dbs[0].QueryRowContext(ctx,
+		`SELECT count(*) FROM `+migrations.VersionTable+` WHERE version_id > 0 AND is_applied`).Scan(&applied))
+	files, err := fs.Glob(migrations.FS(), "*.sql")
+	require.NoError(t, err)
+	assert.Equal(t, len(files), applied, "each migration recorded exactly once")
+	assert.Equal(t, wantFunctions, functionNames(t, dbs[0]))
+}
+
+// The files are plain goose SQL migrations: goose's own package-level API
+// (what the goose CLI runs) applies them from the embedded FS too.
+func TestFilesApplyWithGooseCLIAPI(t *testing.T) {
+	tdb := testenv.NewDB(t)
+	db := openDB(t, tdb.URL)
+	ctx := ctxT(t)
+	// Package-level goose state: this test must not run in parallel.
+	goose.SetBaseFS(migrations.FS())
+	goose.SetTableName(migrations.VersionTable)
+	goose.SetLogger(goose.NopLogger())
+	t.Cleanup(func() {
+		goose.SetBaseFS(nil)
+		goose.SetTableName(goose.DefaultTablename)
+	})
+	require.NoError(t, goose.SetDialect("postgres"))
+	require.NoError(t, goose.UpContext(ctx, db, "."))
+	assert.True(t, schemaExists(t, db))
+	// The helpers see the CLI's work.
+	st, err := migrations.Status(ctx, db)
+	require.NoError(t, err)
+	for _, s := range st {
+		assert.Equal(t, goose.StateApplied, s.State)
+	}
+	require.NoError(t, goose.DownToContext(ctx, db, ".", 0))
+	assert.False(t, schemaExists(t, db))
+}
+
+func TestNilDB(t *testing.T) {
+	ctx := ctxT(t)
+	require.ErrorIs(t, migrations.Up(ctx, nil), migrations.ErrNilDB)
+	require.ErrorIs(t, migrations.Down(ctx, nil), migrations.ErrNilDB)
+	_, err := migrations.Status(ctx, nil)
+	require.ErrorIs(t, err, migrations.ErrNilDB)
+}
+
+func TestFS(t *testing.T) {
+	files, err := fs.Glob(migrations.FS(), "*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	b, err := fs.ReadFile(migrations.FS(), files[0])
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "-- +goose Up")
+	assert.Contains(t, string(b), "-- +goose Down")
+}
