@@ -1,0 +1,89 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/migrations"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
+)
+
+// A stock-sync worker: take the lock, claim its token in Postgres right
+// away, then write the batch in one fenced, idempotent transaction.
+func ExampleExec() {
+	ctx := context.Background()
+	redisURL, databaseURL, cleanup := exampleServers()
+	defer cleanup()
+
+	// Once per database: install the fencelock schema.
+	pool, err := pgxpool.New(ctx, databaseURL)
+	must(err)
+	defer pool.Close()
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	must(migrations.Up(ctx, sqlDB))
+	must(sqlDB.Close())
+	_, err = pool.Exec(ctx, "CREATE TABLE stock (sku text, qty int)")
+	must(err)
+
+	// Per worker: a lock client and a store.
+	redisOpts, err := redis.ParseURL(redisURL)
+	must(err)
+	rdb := redis.NewClient(redisOpts)
+	defer rdb.Close()
+	locks, err := fence.New(rdb)
+	must(err)
+	defer locks.Close(ctx)
+	store, err := pgfence.New(pool)
+	must(err)
+
+	lock, err := locks.Acquire(ctx, "stock-sync:eu")
+	must(err)
+	defer lock.Release(ctx)
+	// From now on a previous holder that wakes up is rejected.
+	must(store.Advance(ctx, lock))
+
+	syncBatch := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO stock (sku, qty) VALUES ('sku-1', 5), ('sku-2', 3)")
+		return err
+	}
+	_, err = guard.Exec(ctx, store, lock, syncBatch, guard.WithKey("batch-7"))
+	fmt.Println("first run:", err)
+
+	// The same batch again (a retry, or another worker later): no copy.
+	_, err = guard.Exec(ctx, store, lock, syncBatch, guard.WithKey("batch-7"))
+	fmt.Println("retry already applied:", errors.Is(err, guard.ErrAlreadyApplied))
+
+	var rows int
+	must(pool.QueryRow(ctx, "SELECT count(*) FROM stock").Scan(&rows))
+	fmt.Println("rows:", rows)
+	// Output:
+	// first run: <nil>
+	// retry already applied: true
+	// rows: 2
+}
+
+// exampleServers starts throwaway Redis and Postgres for the example; in a
+// real program these are your servers.
+func exampleServers() (redisURL, databaseURL string, cleanup func()) {
+	rds, err := testenv.StartRedis()
+	must(err)
+	pg, err := testenv.SharedPostgres() // stopped by testenv.Main
+	must(err)
+	_, databaseURL, err = pg.CreateDatabase(context.Background())
+	must(err)
+	return rds.URL, databaseURL, func() { _ = rds.Stop() }
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}

@@ -1,0 +1,9 @@
+package guard_test
+
+import (
+	"testing"
+
+	"github.com/fencelock/fencelock/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
