@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"math"
+)
+
+// evaluateGoals turns the figures into the issue's goals, each met or not.
+// Goals compare medians; comparisons use ratios paired per repetition.
+func evaluateGoals(r *results) {
+	nan := math.NaN()
+	ratio := func(scn, key string) float64 {
+		s, ok := r.Scenarios[scn]
+		if !ok || s.Error != "" {
+			return nan
+		}
+		v, ok := s.Ratios[key]
+		if !ok {
+			return nan
+		}
+		return v
+	}
+	med := func(scn, lib, metric string) float64 {
+		s, ok := r.Scenarios[scn]
+		if !ok || s.Error != "" {
+			return nan
+		}
+		if f := s.get(lib, metric); f != nil {
+			return f.Median
+		}
+		return nan
+	}
+	if _, ok := r.Scenarios["uncontended"]; ok {
+		r.addGoal("uncontended", "fence acquire+release ≤ 1.15 × 2×PING (ratio)", ratio("uncontended", "fence/2xPING"), 1.15, true, "")
+		r.addGoal("uncontended", "fence ≤ fastest peer (fence/fastest peer)", ratio("uncontended", "fence/fastest_peer"), 1.0, true, "")
+	}
+	if _, ok := r.Scenarios["parallel"]; ok {
+		r.addGoal("parallel", "ops/s ≥ best peer (fence/best peer)", ratio("parallel", "fence/best_peer"), 1.0, false, "")
+	}
+	if _, ok := r.Scenarios["handoff"]; ok {
+		r.addGoal("handoff", "gap median ≤ 3 × PING (fence gap/PING)", ratio("handoff", "fence/PING"), 3.0, true, "")
+		r.addGoal("handoff", "≥ 10× better than the best peer (best peer gap/fence gap)", ratio("handoff", "best_peer/fence"), 10.0, false, "peers at their documented retry settings")
+	}
+	if _, ok := r.Scenarios["contended"]; ok {
+		r.addGoal("contended", "acquisitions/s ≥ best peer (fence/best peer)", ratio("contended", "acq_per_s fence/best_peer"), 1.0, false, "")
+		r.addGoal("contended", "commands/acquisition ≤ ½ best peer (fence/best peer)", ratio("contended", "cmds_per_acq fence/best_peer"), 0.5, true, "INFO commandstats, script-internal commands included")
+		r.addGoal("contended", "wait p99 ≤ ½ best peer (fence/best peer)", ratio("contended", "wait_p99 fence/best_peer"), 0.5, true, "")
+		r.addGoal("contended", "per-goroutine min/max acquisitions ≥ 0.5", med("contended", "fence", "min_max"), 0.5, false, "")
+	}
+	if s, ok := r.Scenarios["renewal"]; ok {
+		for _, n := range r.Config.RenewalLocks {
+			lib := fmt.Sprintf("fence %d locks", n)
+			limit := math.Ceil(float64(n) / renewBatchGoal)
+			r.addGoal("renewal", fmt.Sprintf("%d locks: round trips/period ≤ ceil(%d/%d)", n, n, renewBatchGoal), med("renewal", lib, "round_trips_per_period"), limit, true, "")
+			r.addGoal("renewal", fmt.Sprintf("%d locks: heap per held lock ≤ 1 KiB", n), med("renewal", lib, "heap_bytes_per_lock"), 1024, true, "")
+			r.addGoal("renewal", fmt.Sprintf("%d locks: no lock lost by the watchdog (max over repetitions)", n), maxOf(r.Scenarios["renewal"].get(lib, "locks_lost")), 0, true, "not an issue goal: a correctness check")
+		}
+		big := r.Config.RenewalLocks[len(r.Config.RenewalLocks)-1]
+		small := r.Config.RenewalLocks[0]
+		r.addGoal("renewal", fmt.Sprintf("%d locks: renewal time/period ≤ 1.2 × hand-written pipeline", big), ratio("renewal", fmt.Sprintf("busy/floor %d", big)), 1.2, true, "busy = sum of fence's renewal pipelines in one period")
+		r.addGoal("renewal", fmt.Sprintf("%d locks: ≥ 10× faster than redislock's Refresh loop", big), ratio("renewal", fmt.Sprintf("peer_loop/busy %d", big)), 10, false, "")
+		r.addGoal("renewal", fmt.Sprintf("%d locks: client CPU < 10%% of one core", big), med("renewal", fmt.Sprintf("fence %d locks", big), "cpu_pct_core"), 10, true, "")
+		if big != small {
+			d := med("renewal", fmt.Sprintf("fence %d locks", big), "goroutines_added") - med("renewal", fmt.Sprintf("fence %d locks", small), "goroutines_added")
+			r.addGoal("renewal", fmt.Sprintf("goroutines independent of locks (added at %d − added at %d)", big, small), d, 0, true, "")
+		}
+		_ = s
+	}
+	if _, ok := r.Scenarios["guard"]; ok {
+		for _, p := range []string{"direct", "proxied 1ms each way"} {
+			r.addGoal("guard", "guarded/plain ≤ 1.05, "+p, ratio("guard", "guarded/plain "+p), 1.05, true, "")
+			r.addGoal("guard", "guarded+key/plain ≤ 1.05, "+p, ratio("guard", "guarded+key/plain "+p), 1.05, true, "")
+		}
+	}
+	if _, ok := r.Scenarios["sync"]; ok {
+		r.addGoal("sync", "rows/s guard on / off ≥ 0.9", ratio("sync", "on/off"), 0.9, false, "")
+	}
+}
+
+func maxOf(f *figure) float64 {
+	if f == nil || len(f.Reps) == 0 {
+		return math.NaN()
+	}
+	m := f.Reps[0]
+	for _, v := range f.Reps {
+		m = math.Max(m, v)
+	}
+	return m
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+type results struct {
+	Schema    int                  `json:"schema"`
+	Started   time.Time            `json:"started"`
+	Seconds   float64              `json:"seconds"`
+	Command   string               `json:"command"`
+	Placement placement            `json:"placement"`
+	Settings  map[string]string    `json:"library_settings"`
+	Config    config               `json:"config"`
+	Order     []string             `json:"scenario_order"`
+	Scenarios map[string]*scenario `json:"scenarios"`
+	Goals     []goal               `json:"goals"`
+	Notes     []string             `json:"notes,omitempty"`
+}
+
+// scenario holds one scenario's figures: per library (or variant), per
+// metric.
+type scenario struct {
+	Libs    []string                      `json:"libs"`
+	Figures map[string]map[string]*figure `json:"figures"`
+	Ratios  map[string]float64            `json:"ratios,omitempty"`
+	Extra   map[string]any                `json:"extra,omitempty"`
+	Notes   []string                      `json:"notes,omitempty"`
+	Error   string                        `json:"error,omitempty"`
+	Seconds float64                       `json:"seconds"`
+}
+
+type goal struct {
+	Scenario string  `json:"scenario"`
+	Goal     string  `json:"goal"`
+	Measured float64 `json:"measured"`
+	Limit    float64 `json:"limit"`
+	// Met is nil when the figure could not be measured.
+	Met  *bool  `json:"met"`
+	Note string `json:"note,omitempty"`
+}
+
+func newResults(cfg config) *results {
+	return &results{
+		Schema: 1, Started: time.Now().UTC(), Config: cfg,
+		Command:   "make bench (cd bench && go run . -out results/latest.json)",
+		Scenarios: map[string]*scenario{},
+	}
+}
+
+func (r *results) scenario(name string) *scenario {
+	s, ok := r.Scenarios[name]
+	if !ok {
+		s = &scenario{Figures: map[string]map[string]*figure{}, Ratios: map[string]float64{}, Extra: map[string]any{}}
+		r.Scenarios[name] = s
+		r.Order = append(r.Order, name)
+	}
+	return s
+}
+
+func (s *scenario) set(lib, metric string, f *figure) {
+	m, ok := s.Figures[lib]
+	if !ok {
+		m = map[string]*figure{}
+		s.Figures[lib] = m
+		s.Libs = append(s.Libs, lib)
+	}
+	m[metric] = f
+}
+
+func (s *scenario) get(lib, metric string) *figure {
+	if s == nil {
+		return nil
+	}
+	if m, ok := s.Figures[lib]; ok {
+		return m[metric]
+	}
+	return nil
+}
+
+// addGoal records a goal; lower says whether measured must be <= limit
+// (true) or >= limit (false). NaN means not measured.
+func (r *results) addGoal(scn, text string, measured, limit float64, lower bool, note string) {
+	g := goal{Scenario: scn, Goal: text, Measured: round3(measured), Limit: limit, Note: note}
+	if !math.IsNaN(measured) && !math.IsInf(measured, 0) {
+		met := measured <= limit
+		if !lower {
+			met = measured >= limit
+		}
+		g.Met = &met
+	} else {
+		g.Measured = 0
+	}
+	r.Goals = append(r.Goals, g)
+}
+
+func round3(x float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return x
+	}
+	return math.Round(x*1000) / 1000
+}
+
+func metStr(m *bool) string {
+	switch {
+	case m == nil:
+		return "not measured"
+	case *m:
+		return "met"
+	default:
+		return "NOT met"
+	}
+}
+
+func fmtNum(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "–"
+	case math.Abs(x) >= 1000:
+		return fmt.Sprintf("%.0f", x)
+	case math.Abs(x) >= 100:
+		return fmt.Sprintf("%.1f", x)
+	case math.Abs(x) >= 10:
+		return fmt.Sprintf("%.2f", x)
+	default:
+		return fmt.Sprintf("%.3g", x)
+	}
+}
+
+// cell renders a figure as "median (p99)"; for latency figures with pooled
+// samples the pooled median and p99 over every sample of every repetition.
+func cell(f *figure) string {
+	if f == nil {
+		return "–"
+	}
+	if f.Pooled != nil {
+		return fmt.Sprintf("%s (p99 %s)", fmtNum(f.Pooled.Median), fmtNum(f.Pooled.P99))
+	}
+	return fmt.Sprintf("%s (p99 %s)", fmtNum(f.Median), fmtNum(f.P99))
+}
+
+func printMarkdown(w io.Writer, r *results) {
+	pl := r.Placement
+	fmt.Fprintf(w, "\n## fencelock benchmarks — %s\n\n", r.Started.Format(time.RFC3339))
+	fmt.Fprintf(w, "Placement: pinned=%v, client CPUs %v (GOMAXPROCS=%d), Redis CPUs %v, Postgres CPUs %v; %d CPUs (%s); load avg at start %s, end %s. Redis %s, Postgres %s, %s. %d repetitions, libraries interleaved (order rotated per repetition).\n\n",
+		pl.Pinned, pl.ClientCPUs, pl.GOMAXPROCS, pl.RedisCPUs, pl.PostgresCPUs, pl.NumCPU, pl.CPUModel,
+		pl.LoadAvgStart, pl.LoadAvgEnd, pl.RedisVersion, pl.PostgresVer, pl.GoVersion, r.Config.Reps)
+	fmt.Fprintf(w, "Figures: median (p99). Latencies pool every sample of every repetition; rates are per repetition (p99 = worst repetition).\n\n")
+	for _, name := range r.Order {
+		s := r.Scenarios[name]
+		fmt.Fprintf(w, "### %s\n\n", name)
+		if s.Error != "" {
+			fmt.Fprintf(w, "**error:** %s\n\n", s.Error)
+		}
+		metrics := metricOrder(s)
+		if len(metrics) > 0 {
+			fmt.Fprintf(w, "| library | %s |\n|---|%s\n", strings.Join(metrics, " | "), strings.Repeat("---|", len(metrics)))
+			for _, lib := range s.Libs {
+				row := []string{lib}
+				for _, m := range metrics {
+					row = append(row, cell(s.get(lib, m)))
+				}
+				fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+			}
+			fmt.Fprintln(w)
+		}
+		if len(s.Ratios) > 0 {
+			keys := make([]string, 0, len(s.Ratios))
+			for k := range s.Ratios {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			var parts []string
+			for _, k := range keys {
+				parts = append(parts, fmt.Sprintf("%s = %s", k, fmtNum(s.Ratios[k])))
+			}
+			fmt.Fprintf(w, "Ratios (median of per-repetition ratios): %s\n\n", strings.Join(parts, "; "))
+		}
+		for _, n := range s.Notes {
+			fmt.Fprintf(w, "- %s\n", n)
+		}
+		if len(s.Notes) > 0 {
+			fmt.Fprintln(w)
+		}
+	}
+	fmt.Fprintf(w, "### goals\n\n| scenario | goal | measured | limit | status |\n|---|---|---|---|---|\n")
+	for _, g := range r.Goals {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", g.Scenario, g.Goal, fmtNum(g.Measured), fmtNum(g.Limit), metStr(g.Met))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Settings:\n")
+	keys := make([]string, 0, len(r.Settings))
+	for k := range r.Settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "- %s: %s\n", k, r.Settings[k])
+	}
+	fmt.Fprintln(w)
+}
+
+// metricOrder lists a scenario's metrics in the order they were first set.
+func metricOrder(s *scenario) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, lib := range s.Libs {
+		ms := make([]string, 0, len(s.Figures[lib]))
+		for m := range s.Figures[lib] {
+			ms = append(ms, m)
+		}
+		sort.Strings(ms)
+		for _, m := range ms {
+			if !seen[m] {
+				seen[m] = true
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+type summaryLine struct {
+	Results   string             `json:"results"`
+	Seconds   float64            `json:"seconds"`
+	Pinned    bool               `json:"pinned"`
+	GoalsMet  int                `json:"goals_met"`
+	GoalsNot  int                `json:"goals_not_met"`
+	GoalsNA   int                `json:"goals_not_measured"`
+	Goals     []goal             `json:"goals"`
+	Headlines map[string]float64 `json:"headlines"`
+}
+
+func (r *results) summary(path string) summaryLine {
+	s := summaryLine{Results: path, Seconds: round3(r.Seconds), Pinned: r.Placement.Pinned, Goals: r.Goals, Headlines: map[string]float64{}}
+	for _, g := range r.Goals {
+		switch {
+		case g.Met == nil:
+			s.GoalsNA++
+		case *g.Met:
+			s.GoalsMet++
+		default:
+			s.GoalsNot++
+		}
+	}
+	add := func(key, scn, lib, metric string) {
+		if f := r.Scenarios[scn].get(lib, metric); f != nil {
+			v := f.Median
+			if f.Pooled != nil {
+				v = f.Pooled.Median
+			}
+			s.Headlines[key] = round3(v)
+		}
+	}
+	add("ping_us", "rtt", "PING", "latency_us")
+	for _, lib := range []string{"fence", "redsync", "redislock"} {
+		add(lib+"_uncontended_us", "uncontended", lib, "latency_us")
+		add(lib+"_parallel_ops", "parallel", lib, "ops_per_s")
+		add(lib+"_handoff_us", "handoff", lib, "gap_us")
+		add(lib+"_contended_acq_per_s", "contended", lib, "acq_per_s")
+	}
+	return s
+}

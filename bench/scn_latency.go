@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// op is one timed operation of a contender in an interleaved latency run.
+type op struct {
+	name string
+	do   func(ctx context.Context) error
+}
+
+func (e *env) pingOp() op {
+	return op{"PING", func(ctx context.Context) error { return e.ping.Ping(ctx).Err() }}
+}
+
+func acquireReleaseOp(l locker, key string) op {
+	return op{l.Name(), func(ctx context.Context) error {
+		h, err := l.Acquire(ctx, key)
+		if err != nil {
+			return err
+		}
+		return h.Release(ctx)
+	}}
+}
+
+// interleaved times n runs of every op per repetition, in blocks of 50 so
+// that the contenders alternate within the repetition, and returns per op
+// the per-repetition medians and all samples (µs).
+func interleaved(ctx context.Context, reps, n int, ops []op) (map[string][]float64, map[string][]float64, error) {
+	const block = 50
+	repMed := map[string][]float64{}
+	pooled := map[string][]float64{}
+	for rep := 0; rep < reps; rep++ {
+		samples := map[string][]float64{}
+		order := make([]op, len(ops))
+		for i := range ops {
+			order[i] = ops[(i+rep)%len(ops)]
+		}
+		// Warm-up: connections, script cache.
+		for _, o := range order {
+			for i := 0; i < 20; i++ {
+				if err := o.do(ctx); err != nil {
+					return nil, nil, fmt.Errorf("%s: %w", o.name, err)
+				}
+			}
+		}
+		for done := 0; done < n; done += block {
+			for _, o := range order {
+				for i := 0; i < block && done+i < n; i++ {
+					t := time.Now()
+					if err := o.do(ctx); err != nil {
+						return nil, nil, fmt.Errorf("%s: %w", o.name, err)
+					}
+					samples[o.name] = append(samples[o.name], us(time.Since(t)))
+				}
+			}
+		}
+		for _, o := range ops {
+			repMed[o.name] = append(repMed[o.name], median(samples[o.name]))
+			pooled[o.name] = append(pooled[o.name], samples[o.name]...)
+		}
+	}
+	return repMed, pooled, nil
+}
+
+func runRTT(ctx context.Context, e *env, res *results) error {
+	s := res.scenario("rtt")
+	repMed, pooled, err := interleaved(ctx, e.cfg.Reps, e.cfg.RTTOps, []op{e.pingOp()})
+	if err != nil {
+		return err
+	}
+	s.set("PING", "latency_us", newFigure("µs", repMed["PING"], pooled["PING"]))
+	s.Notes = append(s.Notes, "PING round trip on a plain go-redis client: the physical baseline; acquire+release cannot beat 2 of these.")
+	return nil
+}
+
+func runUncontended(ctx context.Context, e *env, res *results) error {
+	s := res.scenario("uncontended")
+	ops := []op{e.pingOp()}
+	for _, l := range e.libs {
+		ops = append(ops, acquireReleaseOp(l, "uncontended"))
+	}
+	repMed, pooled, err := interleaved(ctx, e.cfg.Reps, e.cfg.UncontendedOps, ops)
+	if err != nil {
+		return err
+	}
+	twoPing := make([]float64, len(repMed["PING"]))
+	twoPingPooled := make([]float64, len(pooled["PING"]))
+	for i, v := range repMed["PING"] {
+		twoPing[i] = 2 * v
+	}
+	for i, v := range pooled["PING"] {
+		twoPingPooled[i] = 2 * v
+	}
+	s.set("2×PING", "latency_us", newFigure("µs", twoPing, twoPingPooled))
+	for _, l := range e.libs {
+		s.set(l.Name(), "latency_us", newFigure("µs", repMed[l.Name()], pooled[l.Name()]))
+	}
+	s.Ratios["fence/2xPING"] = pairedRatio(repMed["fence"], twoPing)
+	best := bestPeerPerRep(repMed, e.peerNames(), true)
+	s.Ratios["fence/fastest_peer"] = pairedRatio(repMed["fence"], best)
+	for _, p := range e.peerNames() {
+		s.Ratios["fence/"+p] = pairedRatio(repMed["fence"], repMed[p])
+	}
+	s.Notes = append(s.Notes, "one goroutine, acquire then release of one name, each pair timed; fence in watchdog mode, a fencing token issued per acquisition.")
+	return nil
+}
+
+func (e *env) peerNames() []string {
+	var out []string
+	for _, l := range e.libs {
+		if l.Name() != "fence" {
+			out = append(out, l.Name())
+		}
+	}
+	return out
+}
+
+// bestPeerPerRep picks, per repetition, the best peer value (lowest when
+// lower is better).
+func bestPeerPerRep(byLib map[string][]float64, peers []string, lowerBetter bool) []float64 {
+	var out []float64
+	for i := 0; ; i++ {
+		var best float64
+		found := false
+		for _, p := range peers {
+			v := byLib[p]
+			if i >= len(v) {
+				continue
+			}
+			if !found || (lowerBetter && v[i] < best) || (!lowerBetter && v[i] > best) {
+				best, found = v[i], true
+			}
+		}
+		if !found {
+			return out
+		}
+		out = append(out, best)
+	}
+}
+
+func runParallel(ctx context.Context, e *env, res *results) error {
+	s := res.scenario("parallel")
+	w := e.cfg.ParallelWorkers
+	rates := map[string][]float64{}
+	for rep := 0; rep < e.cfg.Reps; rep++ {
+		for _, l := range rotated(e.libs, rep) {
+			r, err := parallelOnce(ctx, l, w, e.cfg.ParallelDur)
+			if err != nil {
+				return fmt.Errorf("%s: %w", l.Name(), err)
+			}
+			rates[l.Name()] = append(rates[l.Name()], r)
+			settle()
+		}
+	}
+	for _, l := range e.libs {
+		s.set(l.Name(), "ops_per_s", newFigure("ops/s", rates[l.Name()], nil))
+	}
+	best := bestPeerPerRep(rates, e.peerNames(), false)
+	s.Ratios["fence/best_peer"] = pairedRatio(rates["fence"], best)
+	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition.", w, e.cfg.ParallelDur))
+	return nil
+}
+
+func parallelOnce(ctx context.Context, l locker, workers int, d time.Duration) (float64, error) {
+	var ops atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr errOnce
+	stop := time.Now().Add(d)
+	start := time.Now()
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			key := fmt.Sprintf("parallel:%d", i)
+			for time.Now().Before(stop) {
+				h, err := l.Acquire(ctx, key)
+				if err == nil {
+					err = h.Release(ctx)
+				}
+				if err != nil {
+					firstErr.set(err)
+					return
+				}
+				ops.Add(1)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if err := firstErr.get(); err != nil {
+		return 0, err
+	}
+	return float64(ops.Load()) / time.Since(start).Seconds(), nil
+}
+
+// errOnce keeps the first error of several goroutines.
+type errOnce struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (o *errOnce) set(err error) {
+	o.mu.Lock()
+	if o.err == nil {
+		o.err = err
+	}
+	o.mu.Unlock()
+}
+
+func (o *errOnce) get() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
+}

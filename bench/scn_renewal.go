@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/fence"
+)
+
+// renewBatchGoal is the batch size the renewal goal assumes: round trips
+// per period <= ceil(locks/500).
+const renewBatchGoal = 500
+
+func runRenewal(ctx context.Context, e *env, res *results) error {
+	s := res.scenario("renewal")
+	script, scriptSrc, err := renewScript()
+	if err != nil {
+		return err
+	}
+	s.Notes = append(s.Notes,
+		fmt.Sprintf("fence client with WithLease(%v): renewals every %v. Per repetition: acquire N locks, let one period pass, then measure %d periods. Figures per renewal period.", e.cfg.RenewalLease, e.cfg.RenewalLease/3, e.cfg.RenewalPeriods),
+		"round trips: go-redis hook on fence's client (one per command or pipeline). cmds: INFO commandstats delta (script-internal commands included). cpu: getrusage of the whole bench process (only fence's watchdog is active) as % of one core. heap/lock: HeapAlloc after GC with N locks held minus before, / N. goroutines: NumGoroutine with N held minus before.",
+		"busy: sum of fence's renewal pipeline durations in a period (timed by the hook); round wall: first start to last end of a cluster of renewal pipelines (gaps < 20 ms). floor: one hand-written go-redis pipeline of N EVALSHA of "+scriptSrc+" on the same keys and arguments. peer loop: bsm/redislock lock.Refresh of N locks one after another (its documented refresh).")
+	type agg struct {
+		rt, cmds, cpuPct, cpuMs, heap, gor, busy, wall, renewed, floor, peer, lost []float64
+		causes                                                                     []string
+	}
+	a := map[int]*agg{}
+	for _, n := range e.cfg.RenewalLocks {
+		a[n] = &agg{}
+	}
+	for rep := 0; rep < e.cfg.RenewalReps; rep++ {
+		for _, n := range e.cfg.RenewalLocks {
+			r, err := renewalOnce(ctx, e, n, script)
+			if err != nil {
+				return fmt.Errorf("%d locks: %w", n, err)
+			}
+			g := a[n]
+			g.rt = append(g.rt, r.rtPerPeriod)
+			g.cmds = append(g.cmds, r.cmdsPerPeriod)
+			g.cpuPct = append(g.cpuPct, r.cpuPct)
+			g.cpuMs = append(g.cpuMs, r.cpuMsPerPeriod)
+			g.heap = append(g.heap, r.heapPerLock)
+			g.gor = append(g.gor, r.goroutines)
+			g.busy = append(g.busy, r.busyMs)
+			g.wall = append(g.wall, r.roundWallMs)
+			g.renewed = append(g.renewed, r.renewedPerPeriod)
+			g.floor = append(g.floor, r.floorMs)
+			g.peer = append(g.peer, r.peerMs)
+			g.lost = append(g.lost, float64(r.lost))
+			if r.lostCause != "" {
+				g.causes = append(g.causes, r.lostCause)
+			}
+			logf(e.log, "  renewal %d locks rep %d: %.1f rt/period, busy %.2f ms, wall %.2f ms, floor %.2f ms, peer %.1f ms, cpu %.2f%%, heap %.0f B/lock, %+.0f goroutines, %d lost %s",
+				n, rep, r.rtPerPeriod, r.busyMs, r.roundWallMs, r.floorMs, r.peerMs, r.cpuPct, r.heapPerLock, r.goroutines, r.lost, r.lostCause)
+		}
+	}
+	for _, n := range e.cfg.RenewalLocks {
+		g := a[n]
+		lib := fmt.Sprintf("fence %d locks", n)
+		s.set(lib, "round_trips_per_period", newFigure("round trips", g.rt, nil))
+		s.set(lib, "cmds_per_period", newFigure("server commands", g.cmds, nil))
+		s.set(lib, "renewed_per_period", newFigure("renewals", g.renewed, nil))
+		s.set(lib, "busy_ms_per_period", newFigure("ms", g.busy, nil))
+		s.set(lib, "round_wall_ms", newFigure("ms", g.wall, nil))
+		s.set(lib, "cpu_pct_core", newFigure("% of one core", g.cpuPct, nil))
+		s.set(lib, "cpu_ms_per_period", newFigure("ms", g.cpuMs, nil))
+		s.set(lib, "heap_bytes_per_lock", newFigure("bytes", g.heap, nil))
+		s.set(lib, "goroutines_added", newFigure("goroutines", g.gor, nil))
+		s.set(lib, "locks_lost", newFigure("locks lost by the watchdog", g.lost, nil))
+		if len(g.causes) > 0 {
+			s.Extra[fmt.Sprintf("lost_causes_%d", n)] = g.causes
+		}
+		s.set(fmt.Sprintf("floor pipeline %d", n), "busy_ms_per_period", newFigure("ms", g.floor, nil))
+		s.set(fmt.Sprintf("redislock loop %d", n), "busy_ms_per_period", newFigure("ms", g.peer, nil))
+		s.Ratios[fmt.Sprintf("busy/floor %d", n)] = pairedRatio(g.busy, g.floor)
+		s.Ratios[fmt.Sprintf("peer_loop/busy %d", n)] = pairedRatio(g.peer, g.busy)
+	}
+	return nil
+}
+
+// renewScript loads the library's own renewal script from its source tree,
+// so the floor pipeline runs exactly what the watchdog runs.
+func renewScript() (*redis.Script, string, error) {
+	for _, p := range []string{"../fence/renew.lua", "fence/renew.lua"} {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			abs, _ := filepath.Abs(p)
+			_ = abs
+			return redis.NewScript(string(b)), "fence/renew.lua", nil
+		}
+	}
+	return nil, "", errors.New("fence/renew.lua not found: run from the bench directory")
+}
+
+type renewalRep struct {
+	rtPerPeriod, cmdsPerPeriod, cpuPct, cpuMsPerPeriod float64
+	heapPerLock, goroutines                            float64
+	busyMs, roundWallMs, renewedPerPeriod              float64
+	floorMs, peerMs                                    float64
+	lost                                               int
+	lostCause                                          string
+}
+
+func heapNow() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func renewalOnce(ctx context.Context, e *env, n int, script *redis.Script) (*renewalRep, error) {
+	cfg := e.cfg
+	period := cfg.RenewalLease / 3
+	fl, err := newFenceLocker(e.redis.Addr, fence.WithLease(cfg.RenewalLease))
+	if err != nil {
+		return nil, err
+	}
+	defer fl.Close()
+
+	g0 := runtime.NumGoroutine()
+	h0 := heapNow()
+	locks := make([]*fence.Lock, n)
+	// Acquire with a few goroutines so that setting up 10,000 locks stays
+	// short; the acquisitions are not measured here.
+	var wg sync.WaitGroup
+	var errs errOnce
+	const setupWorkers = 8
+	for w := 0; w < setupWorkers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < n; i += setupWorkers {
+				l, err := fl.c.TryAcquire(ctx, fmt.Sprintf("renewal:%d:%d", n, i))
+				if err != nil {
+					errs.set(err)
+					return
+				}
+				locks[i] = l
+			}
+		}(w)
+	}
+	wg.Wait()
+	if err := errs.get(); err != nil {
+		return nil, err
+	}
+	h1 := heapNow()
+	g1 := runtime.NumGoroutine()
+	r := &renewalRep{
+		heapPerLock: (float64(h1) - float64(h0)) / float64(n),
+		goroutines:  float64(g1 - g0),
+	}
+
+	// Let the first renewals of the fresh locks settle into their rhythm.
+	time.Sleep(period + period/4)
+
+	cnt := fl.Counter()
+	before, err := commandStats(ctx, e.ping)
+	if err != nil {
+		return nil, err
+	}
+	c0 := cnt.snapshot()
+	cpu0 := cpuTime()
+	cnt.startTiming()
+	t0 := time.Now()
+	time.Sleep(time.Duration(cfg.RenewalPeriods) * period)
+	spans := cnt.stopTiming()
+	window := time.Since(t0)
+	cpu1 := cpuTime()
+	c := cnt.snapshot().sub(c0)
+	after, err := commandStats(ctx, e.ping)
+	if err != nil {
+		return nil, err
+	}
+	periods := window.Seconds() / period.Seconds()
+	r.rtPerPeriod = float64(c.roundTrips) / periods
+	r.cmdsPerPeriod = float64(diffStats(before, after).Total) / periods
+	r.cpuPct = 100 * (cpu1 - cpu0) / window.Seconds()
+	r.cpuMsPerPeriod = 1000 * (cpu1 - cpu0) / periods
+	var busy time.Duration
+	var renewed int
+	for _, sp := range spans {
+		busy += sp.end.Sub(sp.start)
+		renewed += sp.cmds
+	}
+	r.busyMs = float64(busy) / float64(time.Millisecond) / periods
+	r.renewedPerPeriod = float64(renewed) / periods
+	r.roundWallMs = median(roundWalls(spans, 20*time.Millisecond))
+
+	// A lock the watchdog lost while nothing else ran is a finding, not a
+	// harness error: count it, and leave it out of the floor.
+	live := make([]*fence.Lock, 0, len(locks))
+	for _, l := range locks {
+		if l.Err() != nil {
+			r.lost++
+			if r.lostCause == "" {
+				r.lostCause = fmt.Sprintf("%s: %v", l.Name(), l.Err())
+			}
+			continue
+		}
+		live = append(live, l)
+	}
+
+	// Floor: the same script, the same keys and arguments, one pipeline.
+	floor, err := floorPipeline(ctx, e, script, live, cfg.RenewalLease)
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	r.floorMs = floor
+	peer, err := peerRefreshLoop(ctx, e, n)
+	if err != nil {
+		return nil, fmt.Errorf("peer loop: %w", err)
+	}
+	r.peerMs = peer
+	return r, nil
+}
+
+// roundWalls groups pipeline spans into rounds (gaps shorter than gap) and
+// returns each round's wall time in ms.
+func roundWalls(spans []span, gap time.Duration) []float64 {
+	if len(spans) == 0 {
+		return []float64{math.NaN()}
+	}
+	var out []float64
+	start, end := spans[0].start, spans[0].end
+	for _, sp := range spans[1:] {
+		if sp.start.Sub(end) > gap {
+			out = append(out, float64(end.Sub(start))/float64(time.Millisecond))
+			start = sp.start
+		}
+		if sp.end.After(end) {
+			end = sp.end
+		}
+	}
+	return append(out, float64(end.Sub(start))/float64(time.Millisecond))
+}
+
+func floorPipeline(ctx context.Context, e *env, script *redis.Script, locks []*fence.Lock, lease time.Duration) (float64, error) {
+	if err := script.Load(ctx, e.ping).Err(); err != nil {
+		return 0, err
+	}
+	// The key layout is the library's documented one: <prefix>{<name>}.
+	best := math.Inf(1)
+	for try := 0; try < 3; try++ {
+		pipe := e.ping.Pipeline()
+		cmds := make([]*redis.Cmd, len(locks))
+		t := time.Now()
+		for i, l := range locks {
+			cmds[i] = script.EvalSha(ctx, pipe, []string{fence.DefaultPrefix + "{" + l.Name() + "}"},
+				l.Holder(), fmt.Sprint(l.Token()), lease.Milliseconds())
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, err
+		}
+		d := time.Since(t)
+		for _, c := range cmds {
+			if v, err := c.Int64(); err != nil || v != 1 {
+				return 0, fmt.Errorf("renew script answered %v, %v: the floor must renew the same locks", v, err)
+			}
+		}
+		// The best of three: a floor is the cost without interference.
+		best = math.Min(best, float64(d)/float64(time.Millisecond))
+	}
+	return best, nil
+}
+
+// peerRefreshLoop obtains n redislock locks and times refreshing them one
+// after another, as its documentation shows.
+func peerRefreshLoop(ctx context.Context, e *env, n int) (float64, error) {
+	rdb := newRedisClient(e.redis.Addr, nil)
+	defer rdb.Close()
+	lc := redislock.New(rdb)
+	// A TTL long enough that no lock expires while the others are being
+	// obtained and refreshed; the TTL value does not change the cost.
+	ttl := 30 * time.Second
+	locks := make([]*redislock.Lock, n)
+	for i := range locks {
+		l, err := lc.Obtain(ctx, fmt.Sprintf("redislock:renewal:%d:%d", n, i), ttl, nil)
+		if err != nil {
+			return 0, err
+		}
+		locks[i] = l
+	}
+	t := time.Now()
+	for _, l := range locks {
+		if err := l.Refresh(ctx, ttl, nil); err != nil {
+			return 0, err
+		}
+	}
+	d := time.Since(t)
+	pipe := rdb.Pipeline()
+	for _, l := range locks {
+		pipe.Del(ctx, l.Key())
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	return float64(d) / float64(time.Millisecond), nil
+}

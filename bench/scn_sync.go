@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelock/fencelock/pgfence"
+)
+
+// The inventory-sync worker lives in package main of examples/inventory-sync
+// and cannot be imported; this is the same chunked stock write loop (same
+// tables, same statements, same chunk size), once the fencelock way (lock,
+// Advance, resumable run with one fenced Step per chunk, Finish) and once the
+// old way (lock, done-marker check, plain transaction per chunk, done
+// marker).
+const syncSchema = `
+CREATE TABLE source_stock (
+	warehouse text NOT NULL, snapshot_id text NOT NULL, sku text NOT NULL, qty int NOT NULL,
+	PRIMARY KEY (warehouse, snapshot_id, sku));
+CREATE TABLE stock_records (
+	id bigserial PRIMARY KEY, warehouse text NOT NULL, snapshot_id text NOT NULL, sku text NOT NULL,
+	qty int NOT NULL, worker text NOT NULL, token bigint NOT NULL,
+	written_at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE TABLE sync_batches (
+	warehouse text NOT NULL, snapshot_id text NOT NULL,
+	done_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (warehouse, snapshot_id));
+CREATE TABLE sync_log (
+	id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp(), run text NOT NULL,
+	worker text NOT NULL, token bigint NOT NULL DEFAULT 0, event text NOT NULL,
+	chunk int NOT NULL DEFAULT -1, detail text NOT NULL DEFAULT '');
+`
+
+const syncChunk = 100 // the worker's default -chunk-size
+
+type syncRow struct {
+	SKU string
+	Qty int32
+}
+
+func runSync(ctx context.Context, e *env, res *results) error {
+	s := res.scenario("sync")
+	db, err := e.newPGDB(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer db.close(ctx, e)
+	if _, err := db.direct.Exec(ctx, syncSchema); err != nil {
+		return err
+	}
+	store, err := pgfence.New(db.direct)
+	if err != nil {
+		return err
+	}
+	rates := map[string][]float64{}
+	for rep := 0; rep < e.cfg.Reps; rep++ {
+		modes := []bool{true, false}
+		if rep%2 == 1 {
+			modes = []bool{false, true}
+		}
+		for _, guardOn := range modes {
+			snap := fmt.Sprintf("snap-%d-%v", rep, guardOn)
+			if _, err := db.direct.Exec(ctx, `
+				INSERT INTO source_stock (warehouse, snapshot_id, sku, qty)
+				SELECT 'w1', $1, format('SKU-%s', lpad(i::text, 5, '0')), (i * 7919) % 500
+				FROM generate_series(1, $2::int) AS i`, snap, e.cfg.SyncRows); err != nil {
+				return err
+			}
+			t := time.Now()
+			n, err := syncOnce(ctx, e, db.direct, store, snap, guardOn)
+			if err != nil {
+				return fmt.Errorf("guard=%v: %w", guardOn, err)
+			}
+			if n != e.cfg.SyncRows {
+				return fmt.Errorf("guard=%v: wrote %d rows, want %d", guardOn, n, e.cfg.SyncRows)
+			}
+			name := "guard off"
+			if guardOn {
+				name = "guard on"
+			}
+			rates[name] = append(rates[name], float64(n)/time.Since(t).Seconds())
+		}
+	}
+	s.set("guard on", "rows_per_s", newFigure("rows/s", rates["guard on"], nil))
+	s.set("guard off", "rows_per_s", newFigure("rows/s", rates["guard off"], nil))
+	s.Ratios["on/off"] = pairedRatio(rates["guard on"], rates["guard off"])
+	s.Notes = append(s.Notes, fmt.Sprintf("one sync of a %d-SKU snapshot in chunks of %d rows, per mode per repetition, modes alternating. The worker of examples/inventory-sync is in package main and cannot be imported: this is its write loop reproduced (same tables, statements and chunk size, no chunk delay), with guard (Acquire, Advance, pgfence Run with one Step per chunk, Finish) and without (Acquire, done-marker check, pgx.BeginFunc per chunk, done marker).", e.cfg.SyncRows, syncChunk))
+	return nil
+}
+
+func syncOnce(ctx context.Context, e *env, pool *pgxpool.Pool, store *pgfence.Store, snap string, guardOn bool) (int, error) {
+	rs, err := pool.Query(ctx, `SELECT sku, qty FROM source_stock WHERE warehouse = 'w1' AND snapshot_id = $1 ORDER BY sku`, snap)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := pgx.CollectRows(rs, pgx.RowToStructByPos[syncRow])
+	if err != nil {
+		return 0, err
+	}
+	lock, err := e.fence.c.Acquire(ctx, "stock-sync:w1")
+	if err != nil {
+		return 0, err
+	}
+	defer lock.Release(context.WithoutCancel(ctx)) //nolint:errcheck
+	write := func(ctx context.Context, tx pgx.Tx, chunk int, part []syncRow) error {
+		skus := make([]string, len(part))
+		qtys := make([]int32, len(part))
+		for i, r := range part {
+			skus[i], qtys[i] = r.SKU, r.Qty
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO stock_records (warehouse, snapshot_id, sku, qty, worker, token)
+			SELECT 'w1', $1, s, q, 'bench', $2 FROM unnest($3::text[], $4::int[]) AS u(s, q)`,
+			snap, lock.Token(), skus, qtys); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO sync_log (run, worker, token, event, chunk) VALUES ($1, 'bench', $2, 'committed', $3)`,
+			snap, lock.Token(), chunk)
+		return err
+	}
+	chunks := (len(rows) + syncChunk - 1) / syncChunk
+	part := func(i int) []syncRow { return rows[i*syncChunk : min((i+1)*syncChunk, len(rows))] }
+	if guardOn {
+		if err := store.Advance(ctx, lock); err != nil {
+			return 0, err
+		}
+		run := store.Run(lock, "stock-sync:w1:"+snap)
+		cursor, finished, err := run.Resume(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if finished || cursor != "" {
+			return 0, fmt.Errorf("fresh run %s already has cursor %q (finished %v)", snap, cursor, finished)
+		}
+		work := lock.Context()
+		for c := 0; c < chunks; c++ {
+			p := part(c)
+			if err := run.Step(work, strconv.Itoa(c+1), func(ctx context.Context, tx pgx.Tx) error {
+				return write(ctx, tx, c, p)
+			}); err != nil {
+				return 0, err
+			}
+		}
+		if err := run.Finish(ctx); err != nil {
+			return 0, err
+		}
+	} else {
+		var done bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sync_batches WHERE warehouse = 'w1' AND snapshot_id = $1)`, snap).Scan(&done); err != nil {
+			return 0, err
+		}
+		if done {
+			return 0, fmt.Errorf("batch %s already done", snap)
+		}
+		for c := 0; c < chunks; c++ {
+			p := part(c)
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return write(ctx, tx, c, p) }); err != nil {
+				return 0, err
+			}
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO sync_batches (warehouse, snapshot_id) VALUES ('w1', $1)`, snap); err != nil {
+			return 0, err
+		}
+	}
+	var n int
+	err = pool.QueryRow(ctx, `SELECT count(*) FROM stock_records WHERE snapshot_id = $1`, snap).Scan(&n)
+	return n, err
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/testenv"
+)
+
+func (e *env) startServers(ctx context.Context, pinned bool, pl *placement) error {
+	r, err := testenv.StartRedis()
+	if err != nil {
+		return err
+	}
+	e.redis = r
+	if pinned && r.PID() != 0 {
+		if _, err := pinGroup(r.PID(), 0); err != nil {
+			return fmt.Errorf("pin redis: %w", err)
+		}
+	}
+	if r.PID() != 0 {
+		pl.RedisCPUs = affinityOf(r.PID())
+	}
+	e.ping = newRedisClient(r.Addr, nil)
+	if info, err := e.ping.Info(ctx, "server").Result(); err == nil {
+		pl.RedisVersion = infoField(info, "redis_version")
+	}
+
+	if !e.cfg.wants("guard") && !e.cfg.wants("sync") {
+		return nil
+	}
+	pg, err := testenv.StartPostgres()
+	if err != nil {
+		return err
+	}
+	e.pg = pg
+	if pinned && pg.PID() != 0 {
+		// Pin the postmaster and the auxiliary processes it has forked
+		// before any client connects: backends forked later inherit.
+		if _, err := pinGroup(pg.PID(), 0); err != nil {
+			return fmt.Errorf("pin postgres: %w", err)
+		}
+	}
+	if pg.PID() != 0 {
+		pl.PostgresCPUs = affinityOf(pg.PID())
+	}
+	c, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err == nil {
+		_ = c.QueryRow(ctx, "SHOW server_version").Scan(&pl.PostgresVer)
+		_ = c.Close(ctx)
+	}
+	return nil
+}
+
+func infoField(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// commandStats reads INFO commandstats: calls per command.
+func commandStats(ctx context.Context, c *redis.Client) (map[string]int64, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, l := range strings.Split(info, "\n") {
+		l = strings.TrimSpace(l)
+		rest, ok := strings.CutPrefix(l, "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(fields, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out[name] = n
+			}
+		}
+	}
+	return out, nil
+}
+
+// serverCmds is the difference of two commandstats readings: every command
+// the server executed (those run inside Lua scripts included), less the
+// harness' own INFO calls.
+type serverCmds struct {
+	Total  int64            `json:"total"`
+	PubSub int64            `json:"pubsub"` // (un)subscribe commands: client-issued, not from scripts
+	By     map[string]int64 `json:"by_command"`
+}
+
+func diffStats(before, after map[string]int64) serverCmds {
+	d := serverCmds{By: map[string]int64{}}
+	for k, v := range after {
+		n := v - before[k]
+		if n == 0 || k == "info" || strings.HasPrefix(k, "config") {
+			continue
+		}
+		d.By[k] = n
+		d.Total += n
+		if strings.Contains(k, "subscribe") {
+			d.PubSub += n
+		}
+	}
+	return d
+}
+
+func (e *env) startLibs() error {
+	f, err := newFenceLocker(e.redis.Addr)
+	if err != nil {
+		return fmt.Errorf("fence.New: %w", err)
+	}
+	e.fence = f
+	e.libs = []locker{f, newRedsyncLocker(e.redis.Addr), newRedislockLocker(e.redis.Addr, redislockBackoff, "redislock")}
+	return nil
+}
+
+func librarySettings() map[string]string {
+	return map[string]string{
+		"fence":     "fence.New(rdb) defaults: watchdog mode (lease 30 s, renewed every lease/3), token issued on every acquisition, event-driven waiting (pub/sub)",
+		"redsync":   "github.com/go-redsync/redsync/v4, one pool (goredis v9), NewMutex defaults: expiry 8 s, 32 tries, retry delay random 50–250 ms",
+		"redislock": fmt.Sprintf("github.com/bsm/redislock, Obtain with TTL %v and RetryStrategy LinearBackoff(%v) (its documented example; no retry by default)", peerTTL, redislockBackoff),
+		"go-redis":  fmt.Sprintf("each library has its own go-redis v9 client, PoolSize %d (default would be 10 with GOMAXPROCS=1)", poolSize),
+	}
+}
+
+func (e *env) close() {
+	for _, l := range e.libs {
+		l.Close()
+	}
+	if e.ping != nil {
+		_ = e.ping.Close()
+	}
+	if e.redis != nil {
+		_ = e.redis.Stop()
+	}
+	if e.pg != nil {
+		_ = e.pg.Stop()
+	}
+}
+
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
+}
+
+// rotated returns libs rotated by rep, so no library always runs first (or
+// last) within a repetition.
+func rotated(libs []locker, rep int) []locker {
+	n := len(libs)
+	out := make([]locker, n)
+	for i := range libs {
+		out[i] = libs[(i+rep)%n]
+	}
+	return out
+}
+
+// settle gives the servers a moment between measured blocks.
+func settle() { time.Sleep(20 * time.Millisecond) }
