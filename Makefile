@@ -35,3 +35,9 @@ test: deps vet
 
 demo: deps
 	$(GO) run ./examples/inventory-sync
+
+# bench: fencelock against redsync and bsm/redislock, one Redis, one run,
+# pinned (servers on CPU 0, client on CPU 1). Prints a markdown table,
+# writes bench/results/latest.json, and ends with one JSON line. ~5 min.
+bench: deps
+	cd bench && $(GO) run . -out results/latest.json
