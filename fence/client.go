@@ -72,7 +72,6 @@ func (c *Client) lockConfig(name string, opts []Option) (config, error) {
 		return config{}, err
 	}
 	cfg := c.cfg
-	cfg.holder = c.cfg.holder
 	if err := cfg.apply(true, opts); err != nil {
 		return config{}, err
 	}
@@ -103,8 +102,9 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*
 // Acquire acquires name, waiting while another holder has it: it wakes on
 // that holder's release message, or when the lock's expiry has passed. It
 // returns [ErrNotAcquired] joined with the reason when ctx is done or the
-// wait limit ([WithWaitLimit]) passes, and [ErrClosed] when the client is
-// closed meanwhile.
+// wait limit ([WithWaitLimit], default [DefaultWaitLimit]) passes,
+// [ErrClosed] when the client is closed meanwhile, and a Redis error as
+// soon as an attempt fails with one.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	cfg, err := c.lockConfig(name, opts)
 	if err != nil {
@@ -317,7 +317,8 @@ func (c *Client) forget(l *Lock) {
 }
 
 // Close releases the locks the client still holds (in one pipelined round
-// trip, bounded by ctx and by 5 s), cancels their contexts with
+// trip, detached from ctx's cancellation, bounded by its deadline and by
+// 5 s), cancels their contexts with
 // [ErrClosed], ends waiting acquisitions, and stops the watchdog and the
 // pub/sub connection. Every later call returns [ErrClosed]. It returns the
 // release errors other than "not held".
@@ -345,7 +346,13 @@ func (c *Client) Close(ctx context.Context) error {
 			l.cancel(ErrClosed)
 			calls[i] = l.releaseCall()
 		}
-		rctx, cancel := context.WithTimeout(ctx, closeTimeout)
+		// Detached from ctx's cancellation like Release, bounded by its
+		// deadline or closeTimeout, whichever comes first.
+		dl := time.Now().Add(closeTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+			dl = d
+		}
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
 		cmds := execScripts(rctx, c.rdb, releaseScript, calls)
 		cancel()
 		for i, cmd := range cmds {

@@ -36,7 +36,11 @@ type waiter struct {
 	closed bool
 	groups map[string]*psGroup    // by node address ("" when not a cluster)
 	subs   map[string]*channelSub // by channel
-	wg     sync.WaitGroup
+	// unconfirmed counts SUBSCRIBEs sent per channel whose confirmation
+	// has not arrived: after a quick unsubscribe and subscribe, the old
+	// confirmation must not pass for the new one.
+	unconfirmed map[string]int
+	wg          sync.WaitGroup
 }
 
 type psGroup struct {
@@ -61,7 +65,7 @@ type subscription struct {
 func newWaiter(c *Client) *waiter {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &waiter{c: c, ctx: ctx, cancel: cancel,
-		groups: map[string]*psGroup{}, subs: map[string]*channelSub{}}
+		groups: map[string]*psGroup{}, subs: map[string]*channelSub{}, unconfirmed: map[string]int{}}
 }
 
 // subscribe registers interest in channel and waits (bounded by ctx and
@@ -87,6 +91,7 @@ func (m *waiter) subscribe(ctx context.Context, channel string) (*subscription, 
 			m.mu.Unlock()
 			return nil, err
 		}
+		m.unconfirmed[channel]++
 		cs = &channelSub{group: g, confirmed: make(chan struct{}), waiters: map[*subscription]struct{}{}}
 		m.subs[channel] = cs
 	}
@@ -205,6 +210,11 @@ func (m *waiter) read(g *psGroup) {
 func (m *waiter) confirm(g *psGroup, channel string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if n := m.unconfirmed[channel] - 1; n > 0 {
+		m.unconfirmed[channel] = n
+		return // an earlier SUBSCRIBE's confirmation
+	}
+	delete(m.unconfirmed, channel) // also absorbs resubscriptions after a reconnect
 	if cs := m.subs[channel]; cs != nil && cs.group == g && !cs.isConf {
 		cs.isConf = true
 		close(cs.confirmed)

@@ -57,8 +57,8 @@ func newWatchdog(c *Client) *watchdog {
 
 // close stops both goroutines and waits for them. A renewal round in
 // flight is bounded by its context deadline (the earliest lock deadline of
-// the round) when the client has ContextTimeoutEnabled, else by the
-// client's read timeout.
+// the round, at most 5 s) when the client has ContextTimeoutEnabled, else
+// by the client's read timeout.
 func (w *watchdog) close() {
 	close(w.stop)
 	w.wg.Wait()
@@ -294,6 +294,11 @@ func (w *watchdog) round(locks []*Lock) roundResult {
 	w.mu.Unlock()
 	if len(locks) == 0 {
 		return roundResult{}
+	}
+	// Also capped at releaseTimeout, so that Close never waits a whole
+	// long lease for a round hung on a dead connection.
+	if cap := time.Now().Add(releaseTimeout); cap.Before(earliest) {
+		earliest = cap
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), earliest)
 	defer cancel()

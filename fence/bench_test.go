@@ -1,0 +1,82 @@
+package fence_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+// BenchmarkAcquireRelease: uncontended TryAcquire + Release on one name,
+// one client: two round trips per op.
+func BenchmarkAcquireRelease(b *testing.B) {
+	r := testenv.NewRedis(b)
+	ctx := context.Background()
+	c := newClient(b, r, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := c.TryAcquire(ctx, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkHandoff: four workers on two clients contend for one name. An
+// op is one acquisition; gap-µs/op is the mean time from a holder's
+// Release call to the next (other) worker holding the lock.
+func BenchmarkHandoff(b *testing.B) {
+	r := testenv.NewRedis(b)
+	ctx := context.Background()
+	clients := []*fence.Client{newClient(b, r, nil), newClient(b, r, nil)}
+	const workers = 4
+	var (
+		remaining   atomic.Int64
+		lastRelease atomic.Int64 // unix ns of the last Release call
+		lastOwner   atomic.Int32
+		gapSum      atomic.Int64
+		gaps        atomic.Int64
+		wg          sync.WaitGroup
+	)
+	remaining.Store(int64(b.N))
+	lastOwner.Store(-1)
+	b.ResetTimer()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[w%len(clients)]
+			for remaining.Add(-1) >= 0 {
+				l, err := c.Acquire(ctx, "handoff", fence.WithWaitLimit(time.Minute))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				now := time.Now().UnixNano()
+				if prev := lastOwner.Load(); prev >= 0 && prev != int32(w) {
+					gapSum.Add(now - lastRelease.Load())
+					gaps.Add(1)
+				}
+				lastOwner.Store(int32(w))
+				lastRelease.Store(time.Now().UnixNano())
+				if err := l.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if n := gaps.Load(); n > 0 {
+		b.ReportMetric(float64(gapSum.Load())/float64(n)/1e3, "gap-µs/op")
+		b.ReportMetric(float64(n)/float64(b.N), "handoffs/op")
+	}
+}

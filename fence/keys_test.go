@@ -1,0 +1,76 @@
+package fence
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestValidateName(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+	}{
+		{"", "empty"},
+		{strings.Repeat("x", MaxNameLen+1), "513 bytes"},
+		{"a{b", "'{' or '}'"},
+		{"a}b", "'{' or '}'"},
+		{"{}", "'{' or '}'"},
+	} {
+		err := validateName(tc.name)
+		require.ErrorIs(t, err, ErrInvalidName, "%q", tc.name)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	for _, ok := range []string{"a", "stock-sync:warehouse/7", "ünïcødé", "with space", strings.Repeat("x", MaxNameLen), "\x00\xff"} {
+		assert.NoError(t, validateName(ok), "%q", ok)
+	}
+}
+
+// hashTag is the Redis Cluster rule: the part between the first '{' and
+// the first '}' after it, if non-empty; otherwise the whole key.
+func hashTag(key string) string {
+	s := strings.IndexByte(key, '{')
+	if s < 0 {
+		return key
+	}
+	e := strings.IndexByte(key[s+1:], '}')
+	if e <= 0 {
+		return key
+	}
+	return key[s+1 : s+1+e]
+}
+
+func FuzzName(f *testing.F) {
+	for _, s := range []string{"", "a", "job{1}", "}{", "a:b:c", strings.Repeat("z", 600), "\xff\xfe"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := validateName(name)
+		bad := name == "" || len(name) > MaxNameLen || strings.ContainsAny(name, "{}")
+		if bad != (err != nil) {
+			t.Fatalf("validateName(%q) = %v, want bad=%v", name, err, bad)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrInvalidName) || !strings.HasPrefix(err.Error(), "fence: ") {
+				t.Fatalf("error %v is not a fence ErrInvalidName", err)
+			}
+			if !utf8.ValidString(err.Error()) {
+				t.Fatalf("error message is not valid UTF-8: %q", err.Error())
+			}
+			return
+		}
+		k := keysFor(DefaultPrefix, name)
+		// All keys of one name share one hash tag: the name itself.
+		for _, key := range []string{k.lock, k.seq, k.channel} {
+			if tag := hashTag(key); tag != name {
+				t.Fatalf("key %q has hash tag %q, want %q", key, tag, name)
+			}
+		}
+		if k.lock == k.seq || k.lock == k.channel || k.seq == k.channel {
+			t.Fatalf("keys collide: %+v", k)
+		}
+	})
+}
