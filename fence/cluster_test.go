@@ -1,0 +1,68 @@
+package fence_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+// TestCluster runs the lock on a real one-node Redis Cluster (all 16384
+// slots on one server): the cluster code paths — sharded pub/sub
+// (SSUBSCRIBE/SPUBLISH), WAIT on the key's master, pipelines split per
+// node — against a real server.
+func TestCluster(t *testing.T) {
+	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--cluster-enabled", "yes"))
+	ctx := ctxT(t, 30*time.Second)
+	require.NoError(t, r.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())
+	require.Eventually(t, func() bool {
+		info, err := r.Client().ClusterInfo(ctx).Result()
+		return err == nil && strings.Contains(info, "cluster_state:ok")
+	}, 10*time.Second, 50*time.Millisecond)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{r.Addr}})
+	t.Cleanup(func() { _ = cc.Close() })
+
+	c1 := newClient(t, r, cc)
+	c2 := newClient(t, r, cc)
+	l, err := c1.Acquire(ctx, "cl") // 30 s lease: only the release message hands it over fast
+	require.NoError(t, err)
+	short, err := c1.Acquire(ctx, "renewed", fence.WithLease(300*time.Millisecond))
+	require.NoError(t, err)
+	got := make(chan *fence.Lock, 1)
+	go func() {
+		l, err := c2.Acquire(ctx, "cl")
+		assert.NoError(t, err)
+		got <- l
+	}()
+	time.Sleep(time.Second)
+	require.NoError(t, short.Err(), "renewed by the watchdog through the cluster client")
+	require.NoError(t, short.Release(ctx))
+	select {
+	case <-got:
+		t.Fatal("acquired while held")
+	default:
+	}
+	released := time.Now()
+	require.NoError(t, l.Release(ctx))
+	l2 := <-got
+	t.Logf("handoff after release: %v", time.Since(released))
+	// Far below the waiter's 30 s retry: the sharded release message woke it.
+	assert.Less(t, time.Since(released), 5*time.Second)
+	require.NotNil(t, l2)
+	assert.Greater(t, l2.Token(), l.Token())
+	require.NoError(t, l2.Release(ctx))
+
+	// WAIT on the key's master: no replica, so asking for one fails.
+	_, err = c1.TryAcquire(ctx, "cl", fence.WithReplicaSync(1, 50*time.Millisecond))
+	var rse *fence.ReplicaSyncError
+	assert.ErrorAs(t, err, &rse)
+	n, err := cc.Exists(ctx, lockKey(r, "cl")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
