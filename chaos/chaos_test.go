@@ -1,0 +1,94 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/testenv"
+)
+
+var (
+	flagTrials = flag.Int("chaos.trials", 0, "trials of TestChaos (default: one per fault kind)")
+	flagSeed   = flag.Int64("chaos.seed", 1, "seed of TestChaos and TestChaosControl")
+	flagVerb   = flag.Bool("chaos.v", false, "print one line per trial")
+)
+
+func TestMain(m *testing.M) {
+	if IsWorker() {
+		// This process is a worker re-executed by the suite, not a test run.
+		os.Exit(WorkerMain())
+	}
+	testenv.Main(m)
+}
+
+func testCommandConfig(t *testing.T, guardOn bool, trials int, kinds []string) (Config, *bytes.Buffer) {
+	var out bytes.Buffer
+	return Config{
+		Trials: trials, Seed: *flagSeed, Guard: guardOn, Kinds: kinds,
+		WorkerCommand: SelfCommand, Out: &out, Verbose: *flagVerb,
+	}, &out
+}
+
+// TestChaos is the short, seeded version of `make chaos`: every fault kind
+// at least once with guard on, and not one violation.
+func TestChaos(t *testing.T) {
+	trials := *flagTrials
+	if trials == 0 {
+		trials = len(FaultKinds)
+	}
+	cfg, out := testCommandConfig(t, true, trials, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	for _, k := range FaultKinds {
+		if trials < len(FaultKinds) {
+			break // a shortened run (flag) cannot cover every kind
+		}
+		if st := rep.PerKind[k]; st.Faults == 0 {
+			t.Errorf("fault %s was never injected (%d trials, %d errors)", k, st.Trials, st.Errors)
+		}
+	}
+	if rep.Summary().Ops == 0 {
+		t.Fatalf("no operations were checked")
+	}
+	if rep.Violations != 0 {
+		t.Errorf("%d violations with guard on (seed %d): see the history slices above", rep.Violations, cfg.Seed)
+	}
+	if rep.Errors != 0 {
+		t.Errorf("%d trials could not run or inject their fault", rep.Errors)
+	}
+	last := strings.TrimSpace(out.String())
+	last = last[strings.LastIndexByte(last, '\n')+1:]
+	if !strings.HasPrefix(last, "{") {
+		t.Errorf("last output line is not the JSON summary: %q", last)
+	}
+}
+
+// TestChaosControl runs the same suite with guard off (plain transactions
+// under the lock) against holders paused beyond their lease: the checker
+// must report violations, or it proves nothing.
+func TestChaosControl(t *testing.T) {
+	cfg, out := testCommandConfig(t, false, 2, []string{FaultSigstop})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	if rep.Violations == 0 {
+		t.Fatalf("guard off under SIGSTOP beyond the lease: the checker found no violation (seed %d)", cfg.Seed)
+	}
+	if !strings.Contains(out.String(), "chaos: VIOLATION trial") || !strings.Contains(out.String(), "history (ms relative to the fault)") {
+		t.Errorf("a failing run must print the seed and the offending history slice")
+	}
+}
