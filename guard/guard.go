@@ -64,6 +64,10 @@ type Result struct {
 
 type doner interface{ Done() <-chan struct{} }
 type errer interface{ Err() error }
+type contexter interface {
+	doner
+	Context() context.Context
+}
 
 // Exec runs fn in one transaction of store that commits only if lease's
 // token is still the newest the store has seen for lease.Name() (see the
@@ -111,8 +115,13 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	// fn's context ends with ctx or with the lease, whichever first.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if d, ok := lease.(doner); ok {
-		stop := watchLease(d.Done(), func() { cancel(ErrLeaseLost) })
+	switch l := lease.(type) {
+	case contexter:
+		// A lease with a context (*fence.Lock): a callback, no goroutine.
+		stop := context.AfterFunc(l.Context(), func() { cancel(ErrLeaseLost) })
+		defer stop()
+	case doner:
+		stop := watchLease(l.Done(), func() { cancel(ErrLeaseLost) })
 		defer stop()
 	}
 

@@ -165,3 +165,41 @@ func TestNewClaim(t *testing.T) {
 	_, err = guard.NewClaim(&lease{name: "r", token: 3})
 	require.ErrorIs(t, err, guard.ErrInvalidLease)
 }
+
+// ctxLease is a lease whose Done and Err come from a context, as with
+// *fence.Lock; Exec then hooks the context instead of watching Done.
+type ctxLease struct {
+	name  string
+	token int64
+	ctx   context.Context
+}
+
+func (l ctxLease) Name() string             { return l.name }
+func (l ctxLease) Token() int64             { return l.token }
+func (l ctxLease) Holder() string           { return "h" }
+func (l ctxLease) Context() context.Context { return l.ctx }
+func (l ctxLease) Done() <-chan struct{}    { return l.ctx.Done() }
+func (l ctxLease) Err() error               { return context.Cause(l.ctx) }
+
+func TestLeaseWithContextLostDuringFn(t *testing.T) {
+	pool, s, ctx := setup(t)
+	lctx, lose := context.WithCancelCause(context.Background())
+	l := ctxLease{name: "r", token: 1, ctx: lctx}
+	_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
+		if err := insert(ctx, tx); err != nil {
+			return err
+		}
+		lose(errLost)
+		<-ctx.Done() // fn's context ends with the lease's
+		return insert(ctx, tx)
+	})
+	require.ErrorIs(t, err, guard.ErrLeaseLost)
+	stock, fences := rows(t, pool)
+	assert.Zero(t, stock)
+	assert.Zero(t, fences)
+
+	// Lost before start: the lease's reason comes along.
+	_, err = guard.Exec(ctx, s, l, insert)
+	require.ErrorIs(t, err, guard.ErrLeaseLost)
+	require.ErrorIs(t, err, errLost)
+}
