@@ -41,3 +41,10 @@ demo: deps
 # writes bench/results/latest.json, and ends with one JSON line. ~5 min.
 bench: deps
 	cd bench && $(GO) run . -out results/latest.json
+
+# chaos: the fault-injection suite (issue 6). A guard-off control run (it
+# must find violations, or the checker proves nothing), then 200 seeded
+# trials with guard on (zero violations). SEED=n reproduces a run's fault
+# schedule; TRIALS=n changes its length. The last line is a JSON summary.
+chaos: deps
+	$(GO) run -race ./chaos/cmd/chaos -trials $(or $(TRIALS),200) $(if $(SEED),-seed $(SEED))
