@@ -1,8 +1,11 @@
 package fence_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,7 +185,9 @@ func lossTest(t *testing.T, rdb redis.UniversalClient, r *testenv.Redis, inject,
 	ctx := ctxT(t, 30*time.Second)
 	const lease = time.Second
 	rec := newRecorder()
-	c := newClient(t, r, rdb, fence.WithLease(lease), fence.WithObserver(rec))
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	c := newClient(t, r, rdb, fence.WithLease(lease), fence.WithObserver(rec), fence.WithLogger(logger))
 	l, err := c.Acquire(ctx, "loss")
 	require.NoError(t, err)
 	time.Sleep(lease / 2) // at least one renewal
@@ -207,7 +212,25 @@ func lossTest(t *testing.T, rdb redis.UniversalClient, r *testenv.Redis, inject,
 	t.Logf("cancelled %v after the local deadline (negative: before); %v after the fault", late, cancelled.Sub(faultStart))
 	assert.LessOrEqual(t, late, schedSlack, "cancelled after the local deadline")
 	assert.Equal(t, 1, rec.count("lost"))
+	assert.Contains(t, logs.String(), "fence: lock lost")
 	assert.ErrorIs(t, l.Release(ctx), fence.ErrNotHeld) // expired on the server meanwhile
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestLossSignalledOnPause(t *testing.T) {
@@ -306,14 +329,22 @@ func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
 	p, err := testenv.NewProxy(r.Addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true})
+	// No go-redis retries: the watchdog's own retries must carry it.
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := ctxT(t, 30*time.Second)
-	const lease = 1500 * time.Millisecond
-	c := newClient(t, r, rdb, fence.WithLease(lease))
+	const lease = 900 * time.Millisecond
+	rec := newRecorder()
+	c := newClient(t, r, rdb, fence.WithLease(lease), fence.WithObserver(rec))
 	l, err := c.Acquire(ctx, "blip")
 	require.NoError(t, err)
 	for range 3 {
+		// A cut connection fails renewals at once: they are retried
+		// within the lease.
+		time.Sleep(lease / 3)
+		p.Cut()
+		time.Sleep(lease / 4)
+		p.Restore()
 		time.Sleep(lease / 3)
 		p.Blackhole()
 		time.Sleep(lease / 4)
@@ -324,6 +355,8 @@ func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
 	}
 	time.Sleep(lease)
 	assert.NoError(t, l.Err(), "blips shorter than lease/3 lose nothing")
+	assert.Positive(t, rec.count("renewalFailed"), "the cuts failed some renewals")
+	assert.Zero(t, rec.count("lost"))
 	require.NoError(t, l.Release(ctx))
 }
 
