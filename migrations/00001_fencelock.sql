@@ -60,13 +60,15 @@ CREATE INDEX runs_finished_updated_at_idx ON fencelock.runs (updated_at) WHERE f
 
 -- claim accepts p_token for p_resource if it is higher than the stored one
 -- (and stores it) or equal to it with the same holder; otherwise it raises
--- FL001. It locks only the fence row, until the end of the transaction, so
+-- FL001. With p_key it then records that idempotency key (see apply_key):
+-- one statement instead of two in the round trip that opens a guarded
+-- transaction. It locks only the fence row, until the end of the transaction, so
 -- a later claim with a higher token waits for this transaction to end:
 -- committed tokens per resource never decrease. It records the claim in
 -- transaction-local settings that the protect trigger checks. Returns the
 -- previously stored token (0 when the resource was new).
 -- +goose StatementBegin
-CREATE FUNCTION fencelock.claim(p_resource text, p_token bigint, p_holder text)
+CREATE FUNCTION fencelock.claim(p_resource text, p_token bigint, p_holder text, p_key text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 AS $$
@@ -119,6 +121,9 @@ BEGIN
     PERFORM set_config('fencelock.resource', p_resource, true),
             set_config('fencelock.token', p_token::text, true),
             set_config('fencelock.holder', p_holder, true);
+    IF p_key IS NOT NULL THEN
+        PERFORM fencelock.apply_key(p_resource, p_key, p_token);
+    END IF;
     RETURN cur;
 END;
 $$;

@@ -9,7 +9,7 @@
 //	}, guard.WithKey("batch-7"))
 //
 // The transaction is READ COMMITTED. Its BEGIN, the claim
-// (fencelock.claim) and the idempotency key (fencelock.apply_key) travel
+// and the idempotency key (both in one call of fencelock.claim) travel
 // in one round trip, so a guarded write costs no round trip over the same
 // writes in a plain transaction. The claim locks only the fence row of the
 // resource, until the transaction ends.

@@ -143,16 +143,11 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, extra string) (*txn, e
 	b.WriteString(strconv.FormatInt(c.Token, 10))
 	b.WriteByte(',')
 	b.WriteString(quoteLiteral(c.Holder))
-	b.WriteByte(')')
 	if c.Key != "" {
-		b.WriteString(";SELECT fencelock.apply_key(")
-		b.WriteString(quoteLiteral(c.Resource))
 		b.WriteByte(',')
 		b.WriteString(quoteLiteral(c.Key))
-		b.WriteByte(',')
-		b.WriteString(strconv.FormatInt(c.Token, 10))
-		b.WriteByte(')')
 	}
+	b.WriteByte(')')
 	if extra != "" {
 		b.WriteByte(';')
 		b.WriteString(extra)
