@@ -16,11 +16,14 @@ var (
 	releaseLua string
 	//go:embed renew.lua
 	renewLua string
+	//go:embed raise.lua
+	raiseLua string
 
 	// Wrapped once; Run sends EVALSHA and falls back to EVAL.
 	acquireScript = redis.NewScript(acquireLua)
 	releaseScript = redis.NewScript(releaseLua)
 	renewScript   = redis.NewScript(renewLua)
+	raiseScript   = redis.NewScript(raiseLua)
 )
 
 // Renewal outcomes returned by renew.lua.

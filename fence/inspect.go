@@ -1,0 +1,90 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// LockInfo is what the server knows about a lock name, for operators (see
+// cmd/fencectl).
+type LockInfo struct {
+	Name    string
+	Held    bool
+	Holder  string        // when held
+	Token   int64         // when held
+	TTL     time.Duration // when held; -1 when the key has no expiry
+	Counter int64         // the token counter; 0 when the key is absent
+}
+
+// Inspect reads a lock's state in one round trip, without changing it.
+func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
+	if c.isClosed() {
+		return LockInfo{}, ErrClosed
+	}
+	if err := validateName(name); err != nil {
+		return LockInfo{}, err
+	}
+	k := keysFor(c.cfg.prefix, name)
+	pipe := c.rdb.Pipeline()
+	hm := pipe.HMGet(ctx, k.lock, "holder", "token")
+	pttl := pipe.PTTL(ctx, k.lock)
+	seq := pipe.Get(ctx, k.seq)
+	_, _ = pipe.Exec(ctx) // per-command errors are read below
+	info := LockInfo{Name: name}
+	vals, err := hm.Result()
+	if err != nil {
+		return LockInfo{}, fmt.Errorf("fence: inspect %q: %w", name, err)
+	}
+	if h, ok := vals[0].(string); ok {
+		info.Held, info.Holder = true, h
+		if t, ok := vals[1].(string); ok {
+			if info.Token, err = strconv.ParseInt(t, 10, 64); err != nil {
+				return LockInfo{}, fmt.Errorf("fence: inspect %q: token %q: %w", name, t, err)
+			}
+		}
+		if info.TTL, err = pttl.Result(); err != nil {
+			return LockInfo{}, fmt.Errorf("fence: inspect %q: %w", name, err)
+		}
+	}
+	// redis.Nil (no counter yet) is the one expected miss.
+	switch n, err := seq.Int64(); {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return LockInfo{}, fmt.Errorf("fence: inspect %q: counter: %w", name, err)
+	default:
+		info.Counter = n
+	}
+	return info, nil
+}
+
+// RaiseCounter raises name's token counter to at least floor (never lowers
+// it) and returns its value afterwards; every later token is greater. It
+// repairs a counter that fell behind the tokens a database has seen (the
+// counter was lost and the Redis clock ran backwards), so that new holders
+// are accepted again.
+func (c *Client) RaiseCounter(ctx context.Context, name string, floor int64) (int64, error) {
+	if c.isClosed() {
+		return 0, ErrClosed
+	}
+	if err := validateName(name); err != nil {
+		return 0, err
+	}
+	if floor < 0 || floor >= 1<<53 {
+		return 0, invalidOption("RaiseCounter(%q, %d): the floor must be between 0 and 2^53 (exact in the script)", name, floor)
+	}
+	k := keysFor(c.cfg.prefix, name)
+	s, err := raiseScript.Run(ctx, c.rdb, []string{k.seq}, strconv.FormatInt(floor, 10), seqIdleExpiry).Text()
+	if err != nil {
+		return 0, fmt.Errorf("fence: raise counter %q: %w", name, err)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("fence: raise counter %q: unexpected reply %q", name, s)
+	}
+	return n, nil
+}

@@ -1,0 +1,70 @@
+package fence_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+func TestInspect(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 10*time.Second)
+	c := newClient(t, r, nil)
+
+	info, err := c.Inspect(ctx, "ins")
+	require.NoError(t, err)
+	assert.Equal(t, fence.LockInfo{Name: "ins"}, info, "never used")
+
+	l, err := c.Acquire(ctx, "ins")
+	require.NoError(t, err)
+	info, err = c.Inspect(ctx, "ins")
+	require.NoError(t, err)
+	assert.True(t, info.Held)
+	assert.Equal(t, l.Holder(), info.Holder)
+	assert.Equal(t, l.Token(), info.Token)
+	assert.Equal(t, l.Token(), info.Counter)
+	assert.Greater(t, info.TTL, 20*time.Second)
+	require.NoError(t, l.Release(ctx))
+
+	info, err = c.Inspect(ctx, "ins")
+	require.NoError(t, err)
+	assert.False(t, info.Held)
+	assert.Equal(t, l.Token(), info.Counter)
+
+	_, err = c.Inspect(ctx, "a{b}")
+	assert.ErrorIs(t, err, fence.ErrInvalidName)
+}
+
+func TestRaiseCounter(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 10*time.Second)
+	c := newClient(t, r, nil)
+	l, err := c.TryAcquire(ctx, "rc")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+
+	// Never lowers.
+	got, err := c.RaiseCounter(ctx, "rc", 1)
+	require.NoError(t, err)
+	assert.Equal(t, l.Token(), got)
+
+	// A database high-water mark far above the clock-based tokens.
+	hw := l.Token() + 5_000_000_000
+	got, err = c.RaiseCounter(ctx, "rc", hw)
+	require.NoError(t, err)
+	assert.Equal(t, hw, got)
+	l2, err := c.TryAcquire(ctx, "rc")
+	require.NoError(t, err)
+	assert.Equal(t, hw+1, l2.Token())
+	require.NoError(t, l2.Release(ctx))
+
+	_, err = c.RaiseCounter(ctx, "rc", -1)
+	assert.ErrorIs(t, err, fence.ErrInvalidOption)
+	_, err = c.RaiseCounter(ctx, "", 5)
+	assert.ErrorIs(t, err, fence.ErrInvalidName)
+}
