@@ -41,6 +41,13 @@ type Store[Tx any] interface {
 	Begin(ctx context.Context, c Claim) (Txn[Tx], error)
 }
 
+// ErrorMapper is implemented by stores whose errors have typed
+// equivalents (such as a refusal raised by the database while fn writes);
+// Exec passes fn's error through it. *pgfence.Store implements it.
+type ErrorMapper interface {
+	MapError(err error) error
+}
+
 // Txn is an open, claimed transaction of a Store.
 type Txn[Tx any] interface {
 	// Tx is the handle fn writes through.
@@ -138,6 +145,11 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	}()
 
 	if err := fn(ctx, txn.Tx()); err != nil {
+		if m, ok := store.(ErrorMapper); ok {
+			// e.g. a protect trigger's refusal inside fn becomes the
+			// store's typed error.
+			err = m.MapError(err)
+		}
 		return Result{}, withLeaseCause(ctx, err)
 	}
 	if err := leaseLost(lease); err != nil {

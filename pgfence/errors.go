@@ -94,18 +94,18 @@ func mapError(err error) error {
 		}
 		return fmt.Errorf("%w: key %q of resource %q was applied by token %d; nothing was written", guard.ErrAlreadyApplied, d.Key, d.Resource, d.Token)
 	case codeFinished:
-		return fmt.Errorf("%w (%s)", ErrRunFinished, pgErr.Message)
+		return fmt.Errorf("%w: %w", ErrRunFinished, err)
 	case codeNotClaimed:
-		return fmt.Errorf("%w: %s", ErrNotClaimed, pgErr.Message)
+		return fmt.Errorf("%w: %w", ErrNotClaimed, err)
 	case "55P03": // lock_not_available: lock_timeout expired
 		return errors.Join(ErrFenceBusy, err)
 	case "22023": // invalid_parameter_value, raised by the claim functions
 		if strings.HasPrefix(pgErr.Message, "fencelock:") {
-			return fmt.Errorf("%w: %s", ErrInvalidInput, pgErr.Message)
+			return fmt.Errorf("%w: %w", ErrInvalidInput, err)
 		}
 	case "3F000", "42883", "42P01": // invalid_schema_name, undefined_function, undefined_table
 		if strings.Contains(pgErr.Message, "fencelock") {
-			return fmt.Errorf("%w (%s)", ErrSchemaMissing, pgErr.Message)
+			return fmt.Errorf("%w (%w)", ErrSchemaMissing, err)
 		}
 	}
 	return err
@@ -116,3 +116,7 @@ func mapError(err error) error {
 // of guard and pgfence: FL001 becomes a *guard.StaleTokenError, FL002
 // ErrNotClaimed, and so on. Other errors are returned unchanged.
 func MapError(err error) error { return mapError(err) }
+
+// MapError is MapError as a method, so that guard.Exec translates the
+// errors fn returns (guard.ErrorMapper).
+func (s *Store) MapError(err error) error { return mapError(err) }

@@ -28,16 +28,54 @@ const triggerName = "fencelock_protect"
 // digits, _ and $, not starting with a digit, at most 63 bytes), matched
 // exactly as written (it is quoted, so "Stock" is not "stock"). Anything
 // else is ErrBadTable; a table that does not exist is ErrNoTable.
-func (s *Store) Protect(ctx context.Context, table string) error {
+//
+// With ForResource the claim must also be for that resource; without it a
+// current claim on any resource is accepted.
+func (s *Store) Protect(ctx context.Context, table string, opts ...ProtectOption) error {
 	id, err := parseTable(table)
 	if err != nil {
 		return err
 	}
+	var cfg protectConfig
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: nil ProtectOption", ErrInvalidOption)
+		}
+		if err := o(&cfg); err != nil {
+			return err
+		}
+	}
+	arg := ""
+	if cfg.resource != "" {
+		arg = quoteLiteral(cfg.resource)
+	}
 	sql := "CREATE OR REPLACE TRIGGER " + triggerName +
 		" BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON " + id.Sanitize() +
-		" FOR EACH STATEMENT EXECUTE FUNCTION fencelock.protect_guard()"
+		" FOR EACH STATEMENT EXECUTE FUNCTION fencelock.protect_guard(" + arg + ")"
 	_, err = s.db.Exec(ctx, sql)
 	return tableError(table, err)
+}
+
+// ProtectOption configures Protect.
+type ProtectOption func(*protectConfig) error
+
+type protectConfig struct{ resource string }
+
+// ForResource binds the protected table to one resource: a write is
+// accepted only from a transaction whose current claim is for resource
+// (the lock name that guards the table), so a holder of another lock cannot
+// write to it. Calling Protect again replaces the binding.
+func ForResource(resource string) ProtectOption {
+	return func(c *protectConfig) error {
+		if resource == "" {
+			return fmt.Errorf("%w: ForResource: empty resource name", ErrInvalidOption)
+		}
+		if err := checkText("resource", resource); err != nil {
+			return err
+		}
+		c.resource = resource
+		return nil
+	}
 }
 
 // Unprotect removes the trigger installed by Protect. Calling it on a

@@ -113,6 +113,37 @@ func TestProtect(t *testing.T) {
 	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "after"))
 }
 
+func TestProtectForResource(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+	require.NoError(t, s.Protect(ctx, "stock", pgfence.ForResource("stock-sync:eu")))
+
+	// A current claim on another resource is not enough.
+	_, err := guard.Exec(ctx, s, lease{"other", 1, "a"}, insertStock("other", 1))
+	require.ErrorIs(t, err, pgfence.ErrNotClaimed, "guard.Exec maps fn's errors through the store")
+	assert.Contains(t, err.Error(), `protected by resource "stock-sync:eu"`)
+	// The bound resource is.
+	_, err = guard.Exec(ctx, s, lease{"stock-sync:eu", 1, "a"}, insertStock("eu", 1))
+	require.NoError(t, err)
+	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "other"))
+	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "eu"))
+
+	// Rebinding replaces the trigger; a resource name with quotes is a
+	// literal, not SQL.
+	odd := `it's "odd"\`
+	require.NoError(t, s.Protect(ctx, "stock", pgfence.ForResource(odd)))
+	_, err = guard.Exec(ctx, s, lease{odd, 1, "a"}, insertStock("odd", 1))
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, s, lease{"stock-sync:eu", 1, "a"}, insertStock("eu", 1))
+	require.ErrorIs(t, err, pgfence.ErrNotClaimed)
+	assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM pg_trigger WHERE tgname = 'fencelock_protect'"))
+
+	require.ErrorIs(t, s.Protect(ctx, "stock", pgfence.ForResource("")), pgfence.ErrInvalidOption)
+	require.ErrorIs(t, s.Protect(ctx, "stock", nil), pgfence.ErrInvalidOption)
+}
+
 func TestProtectTableNames(t *testing.T) {
 	db := newDB(t)
 	s := newStore(t, db.Pool)

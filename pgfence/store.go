@@ -30,6 +30,7 @@ var (
 	_ DB = (*pgx.Conn)(nil)
 
 	_ guard.Store[pgx.Tx] = (*Store)(nil)
+	_ guard.ErrorMapper   = (*Store)(nil)
 )
 
 // Store is the Postgres backend of guard: *Store implements
