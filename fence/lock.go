@@ -63,8 +63,10 @@ func (l *Lock) Err() error {
 
 // Deadline is the local, conservative end of the lock's validity: the start
 // of the last successful acquire or renewal request, plus the lease, minus
-// a drift margin. The server keeps the lock at least that long. The
-// context is cancelled with [ErrLockLost] when it passes without a renewal.
+// a drift margin. The server keeps the lock at least that long. When no
+// renewal succeeded by then, the context is cancelled with [ErrLockLost]
+// no later than this time (the watchdog's timer is set 2 ms early to
+// absorb timer latency).
 func (l *Lock) Deadline() time.Time { return time.Unix(0, l.deadline.Load()) }
 
 // driftMargin is taken off the lease when computing the local deadline: it

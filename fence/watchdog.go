@@ -64,9 +64,17 @@ func (w *watchdog) close() {
 	w.wg.Wait()
 }
 
+// lossLead makes the scheduler's timer for a lock's local deadline fire
+// this much early: timers fire late (about 1 ms measured under -race), and
+// the context must be cancelled no later than [Lock.Deadline].
+const lossLead = 2 * time.Millisecond
+
+// lossAt is when the scheduler declares l lost if no renewal succeeded.
+func (l *Lock) lossAt() time.Time { return time.Unix(0, l.deadline.Load()).Add(-lossLead) }
+
 // nextEvent is when the scheduler must look at l next.
 func (l *Lock) nextEvent() time.Time {
-	t := time.Unix(0, l.deadline.Load())
+	t := l.lossAt()
 	if !l.maxHoldAt.IsZero() && l.maxHoldAt.Before(t) {
 		t = l.maxHoldAt
 	}
@@ -172,7 +180,7 @@ func (w *watchdog) schedule() {
 			case !l.maxHoldAt.IsZero() && !now.Before(l.maxHoldAt):
 				heap.Pop(&w.h)
 				lost = append(lost, loss{l, ErrMaxHold})
-			case !now.Before(time.Unix(0, l.deadline.Load())):
+			case !now.Before(l.lossAt()):
 				heap.Pop(&w.h)
 				lost = append(lost, loss{l, ErrLockLost})
 			default: // renewal due

@@ -210,6 +210,8 @@ func lossTest(t *testing.T, rdb redis.UniversalClient, r *testenv.Redis, inject,
 	assert.True(t, cancelled.Before(healed), "loss signalled while the fault lasted")
 	late := cancelled.Sub(deadline)
 	t.Logf("cancelled %v after the local deadline (negative: before); %v after the fault", late, cancelled.Sub(faultStart))
+	// Typically about 1 ms before it; the slack only absorbs a loaded
+	// machine's scheduling delay.
 	assert.LessOrEqual(t, late, schedSlack, "cancelled after the local deadline")
 	assert.Equal(t, 1, rec.count("lost"))
 	assert.Contains(t, logs.String(), "fence: lock lost")
