@@ -77,9 +77,12 @@ func exampleServers() (redisURL, databaseURL string, cleanup func()) {
 	must(err)
 	pg, err := testenv.SharedPostgres() // stopped by testenv.Main
 	must(err)
-	_, databaseURL, err = pg.CreateDatabase(context.Background())
+	name, databaseURL, err := pg.CreateDatabase(context.Background())
 	must(err)
-	return rds.URL, databaseURL, func() { _ = rds.Stop() }
+	return rds.URL, databaseURL, func() {
+		_ = rds.Stop()
+		_ = pg.DropDatabase(context.Background(), name)
+	}
 }
 
 func must(err error) {

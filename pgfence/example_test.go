@@ -16,10 +16,10 @@ import (
 
 // exampleStore makes a fresh database with the fencelock schema and a
 // stock table, on the test binary's shared Postgres.
-func exampleStore(ctx context.Context) (*pgxpool.Pool, *pgfence.Store) {
+func exampleStore(ctx context.Context) (*pgxpool.Pool, *pgfence.Store, func()) {
 	pg, err := testenv.SharedPostgres()
 	must(err)
-	_, url, err := pg.CreateDatabase(ctx)
+	name, url, err := pg.CreateDatabase(ctx)
 	must(err)
 	pool, err := pgxpool.New(ctx, url)
 	must(err)
@@ -30,7 +30,10 @@ func exampleStore(ctx context.Context) (*pgxpool.Pool, *pgfence.Store) {
 	must(err)
 	store, err := pgfence.New(pool)
 	must(err)
-	return pool, store
+	return pool, store, func() {
+		pool.Close()
+		_ = pg.DropDatabase(context.Background(), name)
+	}
 }
 
 func must(err error) {
@@ -43,8 +46,8 @@ func must(err error) {
 // stale holder's step is rejected, a finished run is a no-op.
 func ExampleStore_Run() {
 	ctx := context.Background()
-	pool, store := exampleStore(ctx)
-	defer pool.Close()
+	pool, store, cleanup := exampleStore(ctx)
+	defer cleanup()
 
 	pages := []string{"page-1", "page-2", "page-3"}
 	syncPage := func(page string) func(context.Context, pgx.Tx) error {
@@ -103,8 +106,8 @@ func ExampleStore_Run() {
 // protected table: they claim first, in the same transaction.
 func ExampleStore_Protect() {
 	ctx := context.Background()
-	pool, store := exampleStore(ctx)
-	defer pool.Close()
+	pool, store, cleanup := exampleStore(ctx)
+	defer cleanup()
 	must(store.Protect(ctx, "stock", pgfence.ForResource("stock-sync")))
 
 	write := func(claim string) error {
