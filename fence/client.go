@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,11 +138,20 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		cfg.observer.Waited(Event{Name: name, Token: tok, Duration: time.Since(waitStart), Err: err})
 		return l, err
 	}
+	var wake <-chan struct{} // nil: no notifications, expiry timer only
 	sub, err := c.waiter.subscribe(wctx, keysFor(cfg.prefix, name).channel)
-	if err != nil {
+	switch {
+	case err == nil:
+		defer sub.close()
+		wake = sub.wake
+	case errors.Is(err, ErrClosed) || wctx.Err() != nil:
 		return waited(nil, c.attemptErr(wctx, err))
+	default:
+		// The pub/sub connection failed but commands may work: wait on
+		// the lock's expiry alone rather than fail.
+		cfg.logger.Warn("fence: cannot subscribe to release notifications; waiting on lock expiry only",
+			slog.String("name", name), slog.Any("err", err))
 	}
-	defer sub.close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -151,7 +161,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		}
 		timer.Reset(retryAfter(rep.pttl))
 		select {
-		case <-sub.wake:
+		case <-wake:
 		case <-timer.C:
 		case <-c.closing:
 			return waited(nil, ErrClosed)
