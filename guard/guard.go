@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Lease is what Exec needs of a lock: the resource it guards, its fencing
@@ -68,6 +69,10 @@ type Result struct {
 	// Key is the idempotency key recorded with the write ("" for none).
 	Key string
 }
+
+// RollbackTimeout bounds the rollback Exec runs after an error, a panic or
+// a cancelled context.
+const RollbackTimeout = 10 * time.Second
 
 type doner interface{ Done() <-chan struct{} }
 type errer interface{ Err() error }
@@ -139,8 +144,12 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	committed := false
 	defer func() {
 		if !committed {
-			// Rollback must run even when ctx is cancelled.
-			_ = txn.Rollback(context.WithoutCancel(ctx))
+			// Rollback must run even when ctx is cancelled, and must not
+			// hang on a dead connection (the server rolls back on its own
+			// when the connection goes).
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RollbackTimeout)
+			defer cancel()
+			_ = txn.Rollback(rctx)
 		}
 	}()
 
