@@ -58,7 +58,7 @@ func defaultConfig() config {
 		ContendedWorkers: 16, ContendedHold: time.Millisecond, ContendedDur: 5 * time.Second,
 		RenewalLocks: []int{1000, 10000}, RenewalLease: 3 * time.Second, RenewalPeriods: 3, RenewalReps: 5,
 		GuardTxDirect: 400, GuardTxProxied: 60, ProxyDelay: time.Millisecond,
-		SyncRows: 2000,
+		SyncRows: 5000,
 	}
 }
 
@@ -112,6 +112,14 @@ func main() {
 	}
 	if *out != "" {
 		if err := writeJSON(*out, res); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		// The same table as stdout, next to the JSON, for the README to
+		// link to.
+		var md strings.Builder
+		printMarkdown(&md, res)
+		if err := os.WriteFile(strings.TrimSuffix(*out, ".json")+".md", []byte(md.String()), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}

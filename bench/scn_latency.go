@@ -148,26 +148,42 @@ func runParallel(ctx context.Context, e *env, res *results) error {
 	s := res.scenario("parallel")
 	w := e.cfg.ParallelWorkers
 	rates := map[string][]float64{}
+	srvUs := map[string][]float64{}
+	cliUs := map[string][]float64{}
 	for rep := 0; rep < e.cfg.Reps; rep++ {
 		for _, l := range rotated(e.libs, rep) {
-			r, err := parallelOnce(ctx, l, w, e.cfg.ParallelDur)
+			cpu0, err := serverCPU(ctx, e.ping)
+			if err != nil {
+				return err
+			}
+			c0 := cpuTime()
+			r, ops, err := parallelOnce(ctx, l, w, e.cfg.ParallelDur)
 			if err != nil {
 				return fmt.Errorf("%s: %w", l.Name(), err)
 			}
+			c1 := cpuTime()
+			cpu1, err := serverCPU(ctx, e.ping)
+			if err != nil {
+				return err
+			}
 			rates[l.Name()] = append(rates[l.Name()], r)
+			srvUs[l.Name()] = append(srvUs[l.Name()], 1e6*(cpu1-cpu0)/float64(ops))
+			cliUs[l.Name()] = append(cliUs[l.Name()], 1e6*(c1-c0)/float64(ops))
 			settle()
 		}
 	}
 	for _, l := range e.libs {
 		s.set(l.Name(), "ops_per_s", newFigure("ops/s", rates[l.Name()], nil))
+		s.set(l.Name(), "redis_cpu_us_per_op", newFigure("µs", srvUs[l.Name()], nil))
+		s.set(l.Name(), "client_cpu_us_per_op", newFigure("µs", cliUs[l.Name()], nil))
 	}
 	best := bestPeerPerRep(rates, e.peerNames(), false)
 	s.Ratios["fence/best_peer"] = pairedRatio(rates["fence"], best)
-	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition.", w, e.cfg.ParallelDur))
+	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition. redis_cpu_us_per_op: Redis server CPU (INFO cpu, user+sys) per acquire+release; client_cpu_us_per_op: the bench process' CPU (getrusage) per acquire+release. Whichever side saturates its core bounds ops/s.", w, e.cfg.ParallelDur))
 	return nil
 }
 
-func parallelOnce(ctx context.Context, l locker, workers int, d time.Duration) (float64, error) {
+func parallelOnce(ctx context.Context, l locker, workers int, d time.Duration) (float64, int64, error) {
 	var ops atomic.Int64
 	var wg sync.WaitGroup
 	var firstErr errOnce
@@ -193,9 +209,9 @@ func parallelOnce(ctx context.Context, l locker, workers int, d time.Duration) (
 	}
 	wg.Wait()
 	if err := firstErr.get(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(ops.Load()) / time.Since(start).Seconds(), nil
+	return float64(ops.Load()) / time.Since(start).Seconds(), ops.Load(), nil
 }
 
 // errOnce keeps the first error of several goroutines.

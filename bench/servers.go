@@ -183,3 +183,15 @@ func rotated(libs []locker, rep int) []locker {
 
 // settle gives the servers a moment between measured blocks.
 func settle() { time.Sleep(20 * time.Millisecond) }
+
+// serverCPU is the Redis server's CPU time (user+sys) in seconds, from INFO
+// cpu: the cost of a library on the server, networking included.
+func serverCPU(ctx context.Context, c *redis.Client) (float64, error) {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	u, _ := strconv.ParseFloat(infoField(info, "used_cpu_user"), 64)
+	sy, _ := strconv.ParseFloat(infoField(info, "used_cpu_sys"), 64)
+	return u + sy, nil
+}
