@@ -28,6 +28,10 @@ const (
 	// GOMAXPROCS=1 go-redis would default to 10 connections, fewer than
 	// the 16 goroutines of the parallel and contended scenarios.
 	poolSize = 32
+	// fastPollBackoff and fastPollName: the informational variant of
+	// redislock that polls every millisecond.
+	fastPollBackoff = time.Millisecond
+	fastPollName    = "redislock-1ms"
 )
 
 // counter is a go-redis hook counting what a client sends: round trips

@@ -147,8 +147,10 @@ type env struct {
 	redis *testenv.Redis
 	pg    *testenv.Postgres
 	libs  []locker // fence first, then the peers
-	fence *fenceLocker
-	ping  *redis.Client // PING and INFO, outside every library's client
+	// fastPoll is redislock polling every millisecond: informational.
+	fastPoll *redislockLocker
+	fence    *fenceLocker
+	ping     *redis.Client // PING and INFO, outside every library's client
 }
 
 func logf(w io.Writer, format string, args ...any) {

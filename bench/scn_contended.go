@@ -23,7 +23,7 @@ func runHandoff(ctx context.Context, e *env, res *results) error {
 			return err
 		}
 		pingRep = append(pingRep, pm["PING"][0])
-		for _, l := range rotated(e.libs, rep) {
+		for _, l := range rotated(e.waitLibs(), rep) {
 			gaps, err := handoffOnce(ctx, l, e.cfg.HandoffRounds, e.cfg.HandoffHold)
 			if err != nil {
 				return fmt.Errorf("%s: %w", l.Name(), err)
@@ -34,7 +34,7 @@ func runHandoff(ctx context.Context, e *env, res *results) error {
 		}
 	}
 	s.set("PING", "gap_us", newFigure("µs", pingRep, nil))
-	for _, l := range e.libs {
+	for _, l := range e.waitLibs() {
 		s.set(l.Name(), "gap_us", newFigure("µs", repMed[l.Name()], pooled[l.Name()]))
 	}
 	s.Ratios["fence/PING"] = pairedRatio(repMed["fence"], pingRep)
@@ -139,11 +139,11 @@ func runContended(ctx context.Context, e *env, res *results) error {
 		by                                              []map[string]int64
 	}
 	a := map[string]*agg{}
-	for _, l := range e.libs {
+	for _, l := range e.waitLibs() {
 		a[l.Name()] = &agg{}
 	}
 	for rep := 0; rep < e.cfg.Reps; rep++ {
-		for _, l := range rotated(e.libs, rep) {
+		for _, l := range rotated(e.waitLibs(), rep) {
 			r, err := contendedOnce(ctx, e, l)
 			if err != nil {
 				return fmt.Errorf("%s: %w", l.Name(), err)
@@ -163,7 +163,7 @@ func runContended(ctx context.Context, e *env, res *results) error {
 			settle()
 		}
 	}
-	for _, l := range e.libs {
+	for _, l := range e.waitLibs() {
 		g := a[l.Name()]
 		n := l.Name()
 		s.set(n, "acq_per_s", newFigure("acquisitions/s", g.acq, nil))
@@ -179,7 +179,7 @@ func runContended(ctx context.Context, e *env, res *results) error {
 	acq := map[string][]float64{}
 	cmds := map[string][]float64{}
 	wait := map[string][]float64{}
-	for _, l := range e.libs {
+	for _, l := range e.waitLibs() {
 		acq[l.Name()] = a[l.Name()].acq
 		cmds[l.Name()] = a[l.Name()].cmds
 		wait[l.Name()] = a[l.Name()].waitP99
