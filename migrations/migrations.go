@@ -4,8 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -59,6 +63,11 @@ func Up(ctx context.Context, db *sql.DB) error {
 		return err
 	}
 	if _, err := p.Up(ctx); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P06" && strings.Contains(pgErr.Message, "fencelock") {
+			// duplicate_schema: installed, but not recorded in our table.
+			return fmt.Errorf("%w: %w", ErrUnrecorded, err)
+		}
 		return fmt.Errorf("migrations: up: %w", err)
 	}
 	return nil
