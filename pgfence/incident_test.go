@@ -149,7 +149,8 @@ func TestIncidentPausedMidTransaction(t *testing.T) {
 	workerA, workerB := newFence(t)
 	const name = "stock-sync:apac"
 
-	la, err := workerA.Acquire(ctx, name, fence.WithFixedLease(leaseA))
+	// A longer lease here: A must get its rows written before it runs out.
+	la, err := workerA.Acquire(ctx, name, fence.WithFixedLease(time.Second))
 	require.NoError(t, err)
 	wrote, resume := make(chan struct{}), make(chan struct{})
 	aDone := make(chan error, 1)
@@ -164,7 +165,11 @@ func TestIncidentPausedMidTransaction(t *testing.T) {
 		}, guard.WithKey("batch-1"))
 		aDone <- err
 	}()
-	<-wrote
+	select {
+	case <-wrote:
+	case err := <-aDone:
+		t.Fatalf("A could not write before its lease ran out (machine too slow?): %v", err)
+	}
 
 	lb, err := workerB.Acquire(ctx, name, fence.WithFixedLease(time.Minute))
 	require.NoError(t, err)
@@ -221,7 +226,11 @@ func TestIncidentFrozenMidTransaction(t *testing.T) {
 		})
 		aDone <- err
 	}()
-	<-wrote
+	select {
+	case <-wrote:
+	case err := <-aDone:
+		t.Fatalf("A failed before its pause: %v", err)
+	}
 
 	lb, err := workerB.Acquire(ctx, name, fence.WithFixedLease(time.Minute))
 	require.NoError(t, err)
