@@ -41,6 +41,10 @@ type CheckResult struct {
 	// LinearizabilityUnknown counts resources where porcupine ran out of
 	// time (reported, not counted as a violation or as a pass).
 	LinearizabilityUnknown int
+	// FailedButCommitted lists operations that returned an error (or never
+	// returned) although the database has their write: ambiguous outcomes,
+	// legal, but worth knowing about (their error says why).
+	FailedButCommitted []Op
 }
 
 // Check verifies the promises of fencelock against the workers' history and
@@ -68,6 +72,15 @@ func Check(ops []Op, db DBState) CheckResult {
 		names = append(names, r)
 	}
 	sort.Strings(names)
+	committedIDs := map[string]bool{}
+	for _, c := range db.Commits {
+		committedIDs[c.OpID] = true
+	}
+	for _, o := range ops {
+		if (o.Outcome == OutFail || o.Outcome == OutCrash) && committedIDs[o.ID] {
+			res.FailedButCommitted = append(res.FailedButCommitted, o)
+		}
+	}
 	for _, r := range names {
 		cs := commitsByRes[r]
 		sort.Slice(cs, func(i, j int) bool { return cs[i].Version < cs[j].Version })

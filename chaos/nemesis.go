@@ -127,7 +127,7 @@ func (t *trial) inject(ctx context.Context, kind string, rng *rand.Rand) Fault {
 		// Stop a holder in the middle of an operation (between its read
 		// and its write), the moment a stale write is born; wait a little
 		// for one if nobody is inside an operation right now.
-		p := t.waitInFlight(ctx, 2*L)
+		p := t.waitInFlight(ctx, 2*L, rng)
 		if p == nil {
 			p = pickVictim()
 		} else {
@@ -218,9 +218,10 @@ func (t *trial) inject(ctx context.Context, kind string, rng *rand.Rand) Fault {
 	return f
 }
 
-// waitInFlight returns an alive worker with an operation invoked and not
-// completed, polling for up to limit; nil if none showed up.
-func (t *trial) waitInFlight(ctx context.Context, limit time.Duration) *proc {
+// waitInFlight returns an alive worker (chosen by rng among those) with an
+// operation invoked and not completed, polling for up to limit; nil if
+// none showed up.
+func (t *trial) waitInFlight(ctx context.Context, limit time.Duration, rng *rand.Rand) *proc {
 	end := time.Now().Add(limit)
 	for ctx.Err() == nil && time.Now().Before(end) {
 		open := map[int]int{}
@@ -232,10 +233,14 @@ func (t *trial) waitInFlight(ctx context.Context, limit time.Duration) *proc {
 				open[e.Worker]--
 			}
 		}
+		var busy []*proc
 		for _, p := range t.alive() {
 			if open[p.id] > 0 {
-				return p
+				busy = append(busy, p)
 			}
+		}
+		if len(busy) > 0 {
+			return busy[rng.IntN(len(busy))]
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -22,9 +22,14 @@ type KindStats struct {
 	// LinearizabilityUnknown counts resources porcupine could not decide in time.
 	LinearizabilityUnknown int `json:"linearizability_unknown,omitempty"`
 	// Errors counts trials that could not run or whose fault failed.
-	Errors   int             `json:"errors,omitempty"`
-	Loss     []time.Duration `json:"-"`
-	Takeover []time.Duration `json:"-"`
+	Errors int `json:"errors,omitempty"`
+	// FailedButCommitted counts operations that reported an error (or
+	// died) although their write committed: ambiguous, legal outcomes.
+	FailedButCommitted int `json:"failed_but_committed"`
+	// FailedButCommittedErrs samples their errors (distinct, a few).
+	FailedButCommittedErrs []string        `json:"failed_but_committed_errors,omitempty"`
+	Loss                   []time.Duration `json:"-"`
+	Takeover               []time.Duration `json:"-"`
 }
 
 // Report is the result of a run.
@@ -96,6 +101,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		st.LinearizabilityUnknown += r.Check.LinearizabilityUnknown
 		for o, n := range r.Outcomes {
 			st.Outcomes[o] += n
+		}
+		st.FailedButCommitted += len(r.Check.FailedButCommitted)
+		for _, o := range r.Check.FailedButCommitted {
+			msg := o.Err
+			if o.Outcome == OutCrash {
+				msg = "(worker killed before it could report)"
+			}
+			if len(st.FailedButCommittedErrs) < 4 && !contains(st.FailedButCommittedErrs, msg) {
+				st.FailedButCommittedErrs = append(st.FailedButCommittedErrs, msg)
+			}
 		}
 		st.Loss = append(st.Loss, r.Loss...)
 		st.Takeover = append(st.Takeover, r.Takeover...)
@@ -281,8 +296,8 @@ func (r *Report) Print(w io.Writer) {
 	for _, k := range r.Kinds {
 		st := r.PerKind[k]
 		l, t := stats(st.Loss), stats(st.Takeover)
-		fmt.Fprintf(w, "%-21s %6d %6d %6d %10d  %-27s %-27s %v\n", k, st.Trials, st.Faults, st.Ops, st.Violations,
-			fmtStats(l), fmtStats(t), st.Outcomes)
+		fmt.Fprintf(w, "%-21s %6d %6d %6d %10d  %-27s %-27s %v err-but-committed=%d\n", k, st.Trials, st.Faults, st.Ops, st.Violations,
+			fmtStats(l), fmtStats(t), st.Outcomes, st.FailedButCommitted)
 	}
 	b, _ := json.Marshal(r.Summary())
 	fmt.Fprintf(w, "%s\n", b)
@@ -293,4 +308,13 @@ func fmtStats(s durStats) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.0f/%.0f/%.0f (n=%d)", s.P50, s.P95, s.Max, s.N)
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
 }

@@ -41,6 +41,10 @@ type Config struct {
 	Resources int
 	// Lease is the lock lease (default 400ms).
 	Lease time.Duration
+	// IdleTimeout, when set, makes the workers' stores end a guarded
+	// transaction left idle that long (pgfence.WithIdleTimeout), so a
+	// holder frozen mid-transaction stops blocking the next one.
+	IdleTimeout time.Duration
 	// WorkerCommand returns the command that starts one worker process
 	// (the caller's own binary, re-executed); the suite adds WorkerEnv to
 	// its environment and uses its stdin, stdout and stderr.
@@ -256,6 +260,9 @@ func (t *trial) spawn(ctx context.Context) (*proc, error) {
 		ID: id, RedisAddr: rp.Addr, PGURL: "postgres://postgres@" + pp.Addr + "/" + dbName(t.env.dbURL) + "?sslmode=disable",
 		Prefix: fmt.Sprintf("chaos%d:", t.n), Resources: t.resources, Lease: t.cfg.Lease, Guard: t.cfg.Guard,
 		Seed: t.seed + uint64(id)*7919, Think: t.cfg.Lease / 10, OpsPerHold: 12, Items: 3,
+		// Odd workers give guard a bare lease: then only the database
+		// stands between a stale holder and a commit.
+		BareLease: id%2 == 1, IdleTimeout: t.cfg.IdleTimeout,
 	}
 	js, _ := json.Marshal(wc)
 	cmd := t.cfg.WorkerCommand()

@@ -41,7 +41,23 @@ type workerConfig struct {
 	Think      time.Duration `json:"think"`        // pause inside the critical section, between read and write
 	OpsPerHold int           `json:"ops_per_hold"` // operations per acquisition
 	Items      int           `json:"items"`        // business rows per batch
+	// BareLease hands guard.Exec only the lease's name, token and holder,
+	// not the lock itself: guard then cannot stop early when the lock is
+	// lost, and the database's token check alone must reject stale writes.
+	BareLease bool `json:"bare_lease"`
+	// IdleTimeout, when set, is given to pgfence.WithIdleTimeout.
+	IdleTimeout time.Duration `json:"idle_timeout"`
 }
+
+// bareLease is a guard.Lease without Done or Err.
+type bareLease struct {
+	name, holder string
+	token        int64
+}
+
+func (b bareLease) Name() string   { return b.name }
+func (b bareLease) Token() int64   { return b.token }
+func (b bareLease) Holder() string { return b.holder }
 
 // WorkerMain runs a chaos worker configured by WorkerEnv and returns the
 // process exit code. The worker stops when its stdin closes.
@@ -119,7 +135,11 @@ func (w *worker) run(ctx context.Context) error {
 		return err
 	}
 	defer w.pool.Close()
-	if w.store, err = pgfence.New(w.pool); err != nil {
+	var sopts []pgfence.Option
+	if w.cfg.IdleTimeout > 0 {
+		sopts = append(sopts, pgfence.WithIdleTimeout(w.cfg.IdleTimeout))
+	}
+	if w.store, err = pgfence.New(w.pool, sopts...); err != nil {
 		return err
 	}
 	w.pending = map[string]int64{}
@@ -273,7 +293,11 @@ func (w *worker) write(ctx context.Context, l *fence.Lock, key string, fn func(c
 		if key != "" {
 			opts = append(opts, guard.WithKey(key))
 		}
-		_, err := guard.Exec(ctx, w.store, l, fn, opts...)
+		var lease guard.Lease = l
+		if w.cfg.BareLease {
+			lease = bareLease{name: l.Name(), holder: l.Holder(), token: l.Token()}
+		}
+		_, err := guard.Exec(ctx, w.store, lease, fn, opts...)
 		return err
 	}
 	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
