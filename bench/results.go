@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ type results struct {
 	Started   time.Time            `json:"started"`
 	Seconds   float64              `json:"seconds"`
 	Command   string               `json:"command"`
+	Args      []string             `json:"args"`
 	Placement placement            `json:"placement"`
 	Settings  map[string]string    `json:"library_settings"`
 	Config    config               `json:"config"`
@@ -49,6 +51,7 @@ func newResults(cfg config) *results {
 	return &results{
 		Schema: 1, Started: time.Now().UTC(), Config: cfg,
 		Command:   "make bench (cd bench && go run . -out results/latest.json)",
+		Args:      os.Args[1:],
 		Scenarios: map[string]*scenario{},
 	}
 }
