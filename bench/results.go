@@ -153,6 +153,7 @@ func printMarkdown(w io.Writer, r *results) {
 	fmt.Fprintf(w, "Placement: pinned=%v, client CPUs %v (GOMAXPROCS=%d), Redis CPUs %v, Postgres CPUs %v; %d CPUs (%s); load avg at start %s, end %s. Redis %s, Postgres %s, %s. %d repetitions, libraries interleaved (order rotated per repetition).\n\n",
 		pl.Pinned, pl.ClientCPUs, pl.GOMAXPROCS, pl.RedisCPUs, pl.PostgresCPUs, pl.NumCPU, pl.CPUModel,
 		pl.LoadAvgStart, pl.LoadAvgEnd, pl.RedisVersion, pl.PostgresVer, pl.GoVersion, r.Config.Reps)
+	printHeadline(w, r)
 	fmt.Fprintf(w, "Figures: median (p99). Latencies pool every sample of every repetition; rates are per repetition (p99 = worst repetition).\n\n")
 	for _, name := range r.Order {
 		s := r.Scenarios[name]
@@ -268,4 +269,68 @@ func (r *results) summary(path string) summaryLine {
 		add(lib+"_contended_acq_per_s", "contended", lib, "acq_per_s")
 	}
 	return s
+}
+
+// printHeadline is the short table the README shows: the lock scenarios,
+// one column per library, medians.
+func printHeadline(w io.Writer, r *results) {
+	libs := []string{"fence", "redsync", "redislock"}
+	type row struct{ label, scn, metric string }
+	rows := []row{
+		{"uncontended acquire+release, µs", "uncontended", "latency_us"},
+		{"parallel (16 names), ops/s", "parallel", "ops_per_s"},
+		{"handoff gap, µs", "handoff", "gap_us"},
+		{"contended (16 on 1 name), acquisitions/s", "contended", "acq_per_s"},
+		{"contended wait p99, ms", "contended", "wait_p99_ms"},
+		{"contended min/max per goroutine", "contended", "min_max"},
+		{"contended Redis commands/acquisition", "contended", "cmds_per_acq"},
+	}
+	val := func(scn, lib, metric string) string {
+		f := r.Scenarios[scn].get(lib, metric)
+		if f == nil {
+			return "–"
+		}
+		if f.Pooled != nil {
+			return fmtNum(f.Pooled.Median)
+		}
+		return fmtNum(f.Median)
+	}
+	fmt.Fprintf(w, "| median | %s |\n|---|---|---|---|\n", strings.Join(libs, " | "))
+	if _, ok := r.Scenarios["rtt"]; ok {
+		fmt.Fprintf(w, "| PING round trip, µs | %s | | |\n", val("rtt", "PING", "latency_us"))
+	}
+	for _, x := range rows {
+		if _, ok := r.Scenarios[x.scn]; !ok {
+			continue
+		}
+		cells := make([]string, len(libs))
+		for i, l := range libs {
+			cells[i] = val(x.scn, l, x.metric)
+		}
+		fmt.Fprintf(w, "| %s | %s |\n", x.label, strings.Join(cells, " | "))
+	}
+	if _, ok := r.Scenarios["renewal"]; ok {
+		for _, n := range r.Config.RenewalLocks {
+			lib := fmt.Sprintf("fence %d locks", n)
+			fmt.Fprintf(w, "| renewal of %d locks: round trips/period; ms/period (hand-written pipeline; redislock Refresh loop) | %s; %s | | (%s; %s) |\n", n,
+				val("renewal", lib, "round_trips_per_period"), val("renewal", lib, "busy_ms_per_period"),
+				val("renewal", fmt.Sprintf("floor pipeline %d", n), "busy_ms_per_period"),
+				val("renewal", fmt.Sprintf("redislock loop %d", n), "busy_ms_per_period"))
+		}
+	}
+	if s, ok := r.Scenarios["guard"]; ok {
+		fmt.Fprintf(w, "| guard.Exec / plain tx (direct; 1 ms proxy) | %s; %s | | |\n",
+			fmtNum(s.Ratios["guarded/plain direct"]), fmtNum(s.Ratios["guarded/plain proxied 1ms each way"]))
+	}
+	if s, ok := r.Scenarios["sync"]; ok {
+		fmt.Fprintf(w, "| stock sync rows/s, guard on / off | %s | | |\n", fmtNum(s.Ratios["on/off"]))
+	}
+	met, total := 0, 0
+	for _, g := range r.Goals {
+		total++
+		if g.Met != nil && *g.Met {
+			met++
+		}
+	}
+	fmt.Fprintf(w, "\nGoals met: %d of %d (see the goals table at the end).\n\n", met, total)
 }
