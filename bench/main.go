@@ -58,7 +58,7 @@ func defaultConfig() config {
 		ContendedWorkers: 16, ContendedHold: time.Millisecond, ContendedDur: 5 * time.Second,
 		RenewalLocks: []int{1000, 10000}, RenewalLease: 3 * time.Second, RenewalPeriods: 3, RenewalReps: 5,
 		GuardTxDirect: 400, GuardTxProxied: 60, ProxyDelay: time.Millisecond,
-		SyncRows: 5000,
+		SyncRows: 10000,
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 // and through a fault proxy.
 type pgDB struct {
 	name    string
+	url     string
 	direct  *pgxpool.Pool
 	proxied *pgxpool.Pool
 	proxy   *testenv.Proxy
@@ -35,7 +36,7 @@ func (e *env) newPGDB(ctx context.Context, withProxy bool) (*pgDB, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &pgDB{name: name}
+	d := &pgDB{name: name, url: url}
 	if d.direct, err = pgxpool.New(ctx, url); err != nil {
 		return nil, err
 	}
