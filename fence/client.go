@@ -88,7 +88,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*
 		return nil, err
 	}
 	start := time.Now()
-	l, rep, err := c.attempt(ctx, name, cfg)
+	l, rep, err := c.attempt(ctx, name, keysFor(cfg.prefix, name), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -116,13 +116,20 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		fmt.Errorf("fence: wait limit %v reached: %w", cfg.waitLimit, context.DeadlineExceeded))
 	defer cancel()
 
-	// Uncontended path: one round trip, no subscription.
-	l, rep, err := c.attempt(wctx, name, cfg)
-	if l != nil || err != nil {
-		if l != nil {
-			cfg.observer.Acquired(Event{Name: name, Token: l.token, Duration: time.Since(start)})
+	k := keysFor(cfg.prefix, name)
+	// Uncontended path: one round trip, no subscription. Skipped when
+	// waiters of this client already queue for the name: the lock goes to
+	// them first (see waiter).
+	var rep acquireReply
+	if !c.waiter.queued(k.channel) {
+		var l *Lock
+		l, rep, err = c.attempt(wctx, name, k, cfg)
+		if l != nil || err != nil {
+			if l != nil {
+				cfg.observer.Acquired(Event{Name: name, Token: l.token, Duration: time.Since(start)})
+			}
+			return l, c.attemptErr(wctx, err)
 		}
-		return l, c.attemptErr(wctx, err)
 	}
 
 	// Held: subscribe first, then try again, so that a release between
@@ -139,10 +146,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		return l, err
 	}
 	var wake <-chan struct{} // nil: no notifications, expiry timer only
-	sub, err := c.waiter.subscribe(wctx, keysFor(cfg.prefix, name).channel)
+	sub, behind, err := c.waiter.subscribe(wctx, k.channel)
 	switch {
 	case err == nil:
-		defer sub.close()
 		wake = sub.wake
 	case errors.Is(err, ErrClosed) || wctx.Err() != nil:
 		return waited(nil, c.attemptErr(wctx, err))
@@ -152,14 +158,25 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		cfg.logger.Warn("fence: cannot subscribe to release notifications; waiting on lock expiry only",
 			slog.String("name", name), slog.Any("err", err))
 	}
+	var l *Lock
+	if sub != nil {
+		// Leaving without the lock passes a wake on to the next waiter.
+		defer func() { sub.close(l != nil) }()
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		l, rep, err = c.attempt(wctx, name, cfg)
-		if l != nil || err != nil {
-			return waited(l, c.attemptErr(wctx, err))
+		// A waiter that joined behind others waits for its wake (the
+		// waiters ahead of it pass it on) before its first attempt; after
+		// that, every waiter has a PTTL timer as the fallback.
+		if !behind {
+			l, rep, err = c.attempt(wctx, name, k, cfg)
+			if l != nil || err != nil {
+				return waited(l, c.attemptErr(wctx, err))
+			}
+			timer.Reset(retryAfter(rep.pttl))
 		}
-		timer.Reset(retryAfter(rep.pttl))
+		behind = false
 		select {
 		case <-wake:
 		case <-timer.C:
@@ -211,8 +228,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 
 // attempt runs the acquire script once. It returns the lock, or the reply
 // saying the lock is held.
-func (c *Client) attempt(ctx context.Context, name string, cfg config) (*Lock, acquireReply, error) {
-	k := keysFor(cfg.prefix, name)
+func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config) (*Lock, acquireReply, error) {
 	holder := cfg.holder
 	if holder == "" {
 		holder = newHolderID()
@@ -307,14 +323,18 @@ func (c *Client) acquireAndWait(ctx context.Context, call scriptCall, cfg config
 	}
 }
 
-// release runs the release script for l.
+// release runs the release script for l. When it published nothing (the
+// lock was gone, or the call failed), the head waiter of this client is
+// woken locally: it may be waiting for this lock's release message alone.
 func (c *Client) release(ctx context.Context, l *Lock) error {
 	call := l.releaseCall()
 	n, err := releaseScript.Run(ctx, c.rdb, call.keys, call.args...).Int64()
 	if err != nil {
+		c.waiter.wakeChannel(l.keys.channel)
 		return fmt.Errorf("fence: release %q: %w", l.name, err)
 	}
 	if n != 1 {
+		c.waiter.wakeChannel(l.keys.channel)
 		return notHeld(l.name)
 	}
 	return nil

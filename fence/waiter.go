@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,22 @@ const (
 // waiter multiplexes the release notifications of every lock name a client
 // waits for over one pub/sub connection (one per cluster node, with sharded
 // channels). Subscriptions are reference-counted per channel.
+//
+// The waiters of one channel form a FIFO queue, and a release message wakes
+// only its head: one release, one attempt from this client, instead of a
+// herd of attempts of which all but one fail. The head is the waiter that
+// attempts; a waiter that joins behind others on a confirmed subscription
+// does not attempt at all until it is woken (no barging past the queue, so
+// the lock goes round in arrival order). To lose no wake-up:
+//   - a head that leaves without the lock (ctx done, wait limit, error)
+//     wakes the next waiter, which attempts and learns the lock's PTTL;
+//   - a head that leaves with the lock holds it in this client: the release
+//     message of that lock wakes the next head, and when its end publishes
+//     nothing (lost, or the release found it gone or failed) the client
+//     wakes the head locally (wakeLocal);
+//   - a waiter that attempted keeps its PTTL timer as the fallback, so an
+//     expiry without a message is noticed;
+//   - a broken pub/sub connection wakes every waiter of it.
 type waiter struct {
 	c      *Client
 	ctx    context.Context // cancelled by close; ends the readers
@@ -52,7 +69,7 @@ type channelSub struct {
 	group     *psGroup
 	confirmed chan struct{} // closed on the server's confirmation
 	isConf    bool
-	waiters   map[*subscription]struct{}
+	queue     []*subscription // by arrival; queue[0] is woken by a message
 }
 
 // subscription is one waiter's interest in a channel.
@@ -68,14 +85,26 @@ func newWaiter(c *Client) *waiter {
 		groups: map[string]*psGroup{}, subs: map[string]*channelSub{}, unconfirmed: map[string]int{}}
 }
 
+// queued reports whether waiters of this client already wait on channel
+// over a confirmed subscription: a new waiter then joins their queue
+// instead of attempting first.
+func (m *waiter) queued(channel string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cs := m.subs[channel]
+	return cs != nil && cs.isConf && len(cs.queue) > 0
+}
+
 // subscribe registers interest in channel and waits (bounded by ctx and
 // confirmWait) until the server confirmed the subscription, so that a
-// release published after this returns is not missed.
-func (m *waiter) subscribe(ctx context.Context, channel string) (*subscription, error) {
+// release published after this returns is not missed. behind is true when
+// the waiter joined a confirmed queue behind other waiters: it may wait
+// for its wake without attempting first.
+func (m *waiter) subscribe(ctx context.Context, channel string) (s *subscription, behind bool, err error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	cs := m.subs[channel]
 	if cs == nil {
@@ -89,28 +118,32 @@ func (m *waiter) subscribe(ctx context.Context, channel string) (*subscription, 
 		}
 		if err != nil {
 			m.mu.Unlock()
-			return nil, err
+			return nil, false, err
 		}
 		m.unconfirmed[channel]++
-		cs = &channelSub{group: g, confirmed: make(chan struct{}), waiters: map[*subscription]struct{}{}}
+		cs = &channelSub{group: g, confirmed: make(chan struct{})}
 		m.subs[channel] = cs
 	}
-	s := &subscription{m: m, ch: channel, wake: make(chan struct{}, 1)}
-	cs.waiters[s] = struct{}{}
+	s = &subscription{m: m, ch: channel, wake: make(chan struct{}, 1)}
+	behind = cs.isConf && len(cs.queue) > 0
+	cs.queue = append(cs.queue, s)
 	confirmed := cs.confirmed
 	m.mu.Unlock()
+	if behind {
+		return s, true, nil
+	}
 
 	t := time.NewTimer(confirmWait)
 	defer t.Stop()
 	select {
 	case <-confirmed:
 	case <-ctx.Done():
-		s.close()
-		return nil, ctx.Err()
+		s.close(false)
+		return nil, false, ctx.Err()
 	case <-t.C:
 		m.c.cfg.logger.Warn("fence: no pub/sub confirmation; waiting on lock expiry only", slog.String("channel", channel))
 	}
-	return s, nil
+	return s, false, nil
 }
 
 // groupFor returns (creating it lazily) the pub/sub connection for a
@@ -141,8 +174,9 @@ func (m *waiter) groupFor(ctx context.Context, channel string) (*psGroup, error)
 }
 
 // close drops the interest; the channel is unsubscribed with its last
-// waiter.
-func (s *subscription) close() {
+// waiter. A head that leaves without the lock (acquired false) passes the
+// wake on to the next waiter, which may be waiting for it alone.
+func (s *subscription) close(acquired bool) {
 	m := s.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -150,8 +184,18 @@ func (s *subscription) close() {
 	if cs == nil {
 		return
 	}
-	delete(cs.waiters, s)
-	if len(cs.waiters) > 0 || m.closed {
+	i := slices.Index(cs.queue, s)
+	if i < 0 {
+		return
+	}
+	cs.queue = slices.Delete(cs.queue, i, i+1)
+	if len(cs.queue) > 0 {
+		if i == 0 && !acquired {
+			cs.queue[0].poke()
+		}
+		return
+	}
+	if m.closed {
 		return
 	}
 	delete(m.subs, s.ch)
@@ -221,13 +265,13 @@ func (m *waiter) confirm(g *psGroup, channel string) {
 	}
 }
 
+// wakeChannel wakes the head of channel's queue: on a release message, and
+// (wakeLocal) when a lock of this client ended without publishing.
 func (m *waiter) wakeChannel(channel string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if cs := m.subs[channel]; cs != nil {
-		for s := range cs.waiters {
-			s.poke()
-		}
+	if cs := m.subs[channel]; cs != nil && len(cs.queue) > 0 {
+		cs.queue[0].poke()
 	}
 }
 
@@ -236,7 +280,7 @@ func (m *waiter) wakeGroup(g *psGroup) {
 	defer m.mu.Unlock()
 	for _, cs := range m.subs {
 		if cs.group == g {
-			for s := range cs.waiters {
+			for _, s := range cs.queue {
 				s.poke()
 			}
 		}

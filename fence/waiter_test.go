@@ -1,6 +1,9 @@
 package fence_test
 
 import (
+	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,5 +49,167 @@ func TestWaiterSurvivesPubSubReconnect(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 	case <-ctx.Done():
 		t.Fatal("waiter not woken after the pub/sub reconnect")
+	}
+}
+
+// evalCounter counts the scripts a client sends (EVALSHA and EVAL).
+type evalCounter struct{ n atomic.Int64 }
+
+func (h *evalCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *evalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Eight goroutines of one client wait for a lock held by another client,
+// then share it in a loop. Each release wakes one waiter of the client,
+// not all of them: the attempts stay about one per acquisition (a herd
+// would make 8+7+...+1 = 36 attempts for the first round alone), and the
+// queue order shares the lock out fairly.
+func TestWaiterWakesOneWaiterPerRelease(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 60*time.Second)
+	holder := newClient(t, r, nil)
+	rdb := r.NewClient(&redis.Options{})
+	hook := &evalCounter{}
+	rdb.AddHook(hook)
+	waiters := newClient(t, r, rdb)
+
+	held, err := holder.Acquire(ctx, "herd")
+	require.NoError(t, err)
+	const workers, total = 8, 64
+	var (
+		remaining atomic.Int64
+		counts    [workers]atomic.Int64
+		releases  atomic.Int64
+		wg        sync.WaitGroup
+		started   sync.WaitGroup
+	)
+	remaining.Store(total)
+	started.Add(workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started.Done()
+			for remaining.Add(-1) >= 0 {
+				l, err := waiters.Acquire(ctx, "herd")
+				if !assert.NoError(t, err) {
+					return
+				}
+				counts[w].Add(1)
+				time.Sleep(time.Millisecond)
+				releases.Add(1)
+				assert.NoError(t, l.Release(ctx))
+			}
+		}()
+	}
+	started.Wait()
+	// Let every goroutine reach its wait (their attempts before the
+	// release are not counted); a late one only adds attempts, it cannot
+	// make the test pass.
+	require.Eventually(t, func() bool {
+		n, err := r.Client().PubSubNumSub(ctx, lockKey(r, "herd")+":ch").Result()
+		return err == nil && n[lockKey(r, "herd")+":ch"] == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	before := hook.n.Load()
+	require.NoError(t, held.Release(ctx))
+	wg.Wait()
+
+	attempts := hook.n.Load() - before - releases.Load()
+	t.Logf("%d acquisitions, %d acquire attempts after the first release", total, attempts)
+	assert.GreaterOrEqual(t, attempts, int64(total))
+	// About one attempt per acquisition; generous for a slow machine (a
+	// waiter re-entering Acquire while the queue's subscription is being
+	// renewed attempts on its own).
+	assert.LessOrEqual(t, attempts, int64(2*total))
+	lo, hi := counts[0].Load(), counts[0].Load()
+	for i := range counts {
+		lo, hi = min(lo, counts[i].Load()), max(hi, counts[i].Load())
+	}
+	t.Logf("acquisitions per goroutine: min %d, max %d", lo, hi)
+	assert.GreaterOrEqual(t, float64(lo)/float64(hi), 0.5, "unfair: min %d max %d", lo, hi)
+}
+
+// A waiter that leaves the queue without the lock (its context ends)
+// passes the wake on: the waiter behind it, which never attempted, still
+// gets the lock promptly when the holder releases, long before the
+// holder's lease would have run out.
+func TestWaiterLeavingPassesWakeOn(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 30*time.Second)
+	holder := newClient(t, r, nil)
+	waiters := newClient(t, r, nil)
+	held, err := holder.Acquire(ctx, "pass")
+	require.NoError(t, err)
+
+	firstCtx, cancelFirst := context.WithCancel(ctx)
+	firstErr := make(chan error, 1)
+	go func() {
+		_, err := waiters.Acquire(firstCtx, "pass")
+		firstErr <- err
+	}()
+	require.Eventually(t, func() bool {
+		n, err := r.Client().PubSubNumSub(ctx, lockKey(r, "pass")+":ch").Result()
+		return err == nil && n[lockKey(r, "pass")+":ch"] == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	second := make(chan *fence.Lock, 1)
+	go func() {
+		l, err := waiters.Acquire(ctx, "pass")
+		assert.NoError(t, err)
+		second <- l
+	}()
+	time.Sleep(100 * time.Millisecond)
+	// The head leaves; then the holder releases with the lease far away.
+	cancelFirst()
+	require.ErrorIs(t, <-firstErr, fence.ErrNotAcquired)
+	require.NoError(t, held.Release(ctx))
+	select {
+	case l := <-second:
+		require.NotNil(t, l)
+		require.NoError(t, l.Release(ctx))
+	case <-time.After(15 * time.Second): // the lease is 30 s
+		t.Fatal("the second waiter was not woken after the first left and the holder released")
+	}
+}
+
+// A waiter queued behind another client's own lock is woken when that lock
+// is lost rather than released (no release message is published).
+func TestWaiterWokenWhenLocalLockLost(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 30*time.Second)
+	c := newClient(t, r, nil)
+	l1, err := c.Acquire(ctx, "lost", fence.WithFixedLease(20*time.Second))
+	require.NoError(t, err)
+	got := make(chan *fence.Lock, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "lost")
+		assert.NoError(t, err)
+		got <- l
+	}()
+	require.Eventually(t, func() bool {
+		n, err := r.Client().PubSubNumSub(ctx, lockKey(r, "lost")+":ch").Result()
+		return err == nil && n[lockKey(r, "lost")+":ch"] == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	// Someone deletes the lock by hand: no message. Refresh finds it gone,
+	// the lock is lost, and the waiter must be woken without waiting for
+	// the 20 s PTTL it saw.
+	require.NoError(t, r.Client().Del(ctx, lockKey(r, "lost")).Err())
+	require.ErrorIs(t, l1.Refresh(ctx, time.Second), fence.ErrNotHeld)
+	select {
+	case l := <-got:
+		require.NotNil(t, l)
+		require.NoError(t, l.Release(ctx))
+	case <-time.After(15 * time.Second):
+		t.Fatal("waiter not woken after the client's own lock was lost")
 	}
 }

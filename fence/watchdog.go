@@ -135,6 +135,9 @@ func (w *watchdog) signalLoss(l *Lock, cause error, now time.Time) {
 		return
 	}
 	l.cancel(cause)
+	// A waiter of this client may be waiting for this lock's release
+	// message alone (see waiter); a lost lock publishes none.
+	w.c.waiter.wakeChannel(l.keys.channel)
 	held := now.Sub(l.acquiredAt)
 	w.c.cfg.logger.Warn("fence: lock lost", slog.String("name", l.name), slog.Int64("token", l.token),
 		slog.Duration("held", held), slog.Any("cause", cause))
