@@ -1,14 +1,19 @@
 -- Acquire a lock and hand out its fencing token, in one round trip.
--- KEYS[1] lock hash, KEYS[2] token counter
+-- KEYS[1] lock, KEYS[2] token counter
 -- ARGV[1] holder, ARGV[2] lease (ms), ARGV[3] idle expiry of the counter (ms)
--- Returns {1, token} when acquired, {0, pttl} when another holder has it.
+-- Returns {1, token} when acquired, {0, pttl} when another holder has it
+-- (pttl -1: the key has no expiry).
+--
+-- The lock is one string '<token>:<holder>' with a PX expiry: one write to
+-- create it, one read to check an owner (release, renew).
 --
 -- Invariant: the token strictly increases per name, even when the counter
 -- key was lost (FLUSHALL, restart without persistence, eviction, deleted by
 -- hand): token = max(counter + 1, server clock in microseconds). The clock
 -- floor only moves forward while the server clock does.
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl ~= -2 then
+  return {0, pttl}
 end
 local t = redis.call('TIME')
 -- Lua numbers are doubles; microseconds since 1970 (~1.8e15) and a counter
@@ -21,6 +26,5 @@ if now > token then
 end
 local s = string.format('%.0f', token)
 redis.call('SET', KEYS[2], s, 'PX', ARGV[3])
-redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', s)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[1], s .. ':' .. ARGV[1], 'PX', ARGV[2])
 return {1, s}

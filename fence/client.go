@@ -255,7 +255,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config) (
 	if !rep.acquired {
 		return nil, rep, nil
 	}
-	l := &Lock{c: c, name: name, keys: k, holder: holder, token: rep.token, fixed: cfg.fixed,
+	l := &Lock{c: c, name: name, keys: k, holder: holder, token: rep.token, value: lockValue(rep.token, holder), fixed: cfg.fixed,
 		acquiredAt: start, lease: cfg.lease, renewAt: start.Add(cfg.lease / 3), idx: -1}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background()) // no goroutine: the parent never ends
 	l.setDeadlineFrom(start, cfg.lease)

@@ -28,7 +28,7 @@
 // (FLUSHALL, a restart without persistence, a failover to a replica that
 // missed writes), as long as the server clock does not run backwards.
 //
-// Keys: <prefix>{<name>} (the lock, a hash {holder, token}),
+// Keys: <prefix>{<name>} (the lock, a string "<token>:<holder>"),
 // <prefix>{<name>}:seq (the counter) and the channel <prefix>{<name>}:ch,
 // all in one cluster slot. A name must be 1 to 512 bytes without '{' or '}'.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,21 +32,24 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	}
 	k := keysFor(c.cfg.prefix, name)
 	pipe := c.rdb.Pipeline()
-	hm := pipe.HMGet(ctx, k.lock, "holder", "token")
+	val := pipe.Get(ctx, k.lock)
 	pttl := pipe.PTTL(ctx, k.lock)
 	seq := pipe.Get(ctx, k.seq)
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 	info := LockInfo{Name: name}
-	vals, err := hm.Result()
-	if err != nil {
+	switch v, err := val.Result(); {
+	case errors.Is(err, redis.Nil): // not held
+	case err != nil:
 		return LockInfo{}, fmt.Errorf("fence: inspect %q: %w", name, err)
-	}
-	if h, ok := vals[0].(string); ok {
+	default:
+		// '<token>:<holder>' (see lockValue).
+		t, h, ok := strings.Cut(v, ":")
+		if !ok {
+			return LockInfo{}, fmt.Errorf("fence: inspect %q: the lock's value %q is not <token>:<holder>", name, v)
+		}
 		info.Held, info.Holder = true, h
-		if t, ok := vals[1].(string); ok {
-			if info.Token, err = strconv.ParseInt(t, 10, 64); err != nil {
-				return LockInfo{}, fmt.Errorf("fence: inspect %q: token %q: %w", name, t, err)
-			}
+		if info.Token, err = strconv.ParseInt(t, 10, 64); err != nil {
+			return LockInfo{}, fmt.Errorf("fence: inspect %q: token %q: %w", name, t, err)
 		}
 		if info.TTL, err = pttl.Result(); err != nil {
 			return LockInfo{}, fmt.Errorf("fence: inspect %q: %w", name, err)

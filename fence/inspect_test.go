@@ -68,3 +68,24 @@ func TestRaiseCounter(t *testing.T) {
 	_, err = c.RaiseCounter(ctx, "", 5)
 	assert.ErrorIs(t, err, fence.ErrInvalidName)
 }
+
+// The lock's value is '<token>:<holder>': a holder id containing ':' reads
+// back whole, and its release and renewal still match it exactly.
+func TestHolderWithColon(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 10*time.Second)
+	c := newClient(t, r, nil)
+	l, err := c.Acquire(ctx, "colon", fence.WithHolder("host:1234:worker"), fence.WithFixedLease(time.Second))
+	require.NoError(t, err)
+	info, err := c.Inspect(ctx, "colon")
+	require.NoError(t, err)
+	assert.Equal(t, "host:1234:worker", info.Holder)
+	assert.Equal(t, l.Token(), info.Token)
+	require.NoError(t, l.Refresh(ctx, 10*time.Second))
+	require.NoError(t, l.Release(ctx))
+
+	// A value written by hand in another layout is reported, not misread.
+	require.NoError(t, r.Client().Set(ctx, lockKey(r, "colon"), "garbage", time.Minute).Err())
+	_, err = c.Inspect(ctx, "colon")
+	assert.ErrorContains(t, err, "not <token>:<holder>")
+}

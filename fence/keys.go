@@ -30,7 +30,7 @@ func validateName(name string) error {
 // keys are the Redis keys of one lock name. All three share the hash tag
 // {<name>}, so they live in one cluster slot and one script may touch them.
 type keys struct {
-	lock    string // hash {holder, token} with a PX expiry
+	lock    string // "<token>:<holder>" with a PX expiry
 	seq     string // token counter
 	channel string // release notifications
 }

@@ -16,6 +16,7 @@ type Lock struct {
 	keys   keys
 	holder string
 	token  int64
+	value  string // '<token>:<holder>', the lock key's value (see lockValue)
 	fixed  bool
 
 	acquiredAt time.Time
@@ -108,6 +109,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
+// lockValue is the lock key's value: the token first (digits only), so
+// that the holder id may contain any byte, ':' included.
+func lockValue(token int64, holder string) string {
+	return strconv.FormatInt(token, 10) + ":" + holder
+}
+
 func (l *Lock) releaseCall() scriptCall {
 	spub := "0"
 	if l.c.cluster {
@@ -115,14 +122,14 @@ func (l *Lock) releaseCall() scriptCall {
 	}
 	return scriptCall{
 		keys: []string{l.keys.lock},
-		args: []any{l.holder, strconv.FormatInt(l.token, 10), l.keys.channel, spub},
+		args: []any{l.value, l.keys.channel, spub},
 	}
 }
 
 func (l *Lock) renewCall(lease time.Duration) scriptCall {
 	return scriptCall{
 		keys: []string{l.keys.lock},
-		args: []any{l.holder, strconv.FormatInt(l.token, 10), lease.Milliseconds()},
+		args: []any{l.value, lease.Milliseconds()},
 	}
 }
 

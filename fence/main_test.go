@@ -2,6 +2,8 @@ package fence_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +38,19 @@ func newClient(t testing.TB, r *testenv.Redis, rdb redis.UniversalClient, opts .
 
 // lockKey is the lock's key for a client made by newClient.
 func lockKey(r *testenv.Redis, name string) string { return r.Prefix + "fence:{" + name + "}" }
+
+// readLock reads a lock key's value '<token>:<holder>' as the scripts
+// store it; the key must exist.
+func readLock(t testing.TB, rdb *redis.Client, key string) (holder string, token int64) {
+	t.Helper()
+	v, err := rdb.Get(context.Background(), key).Result()
+	require.NoError(t, err, "lock key %s", key)
+	tok, holder, ok := strings.Cut(v, ":")
+	require.True(t, ok, "lock value %q is not <token>:<holder>", v)
+	token, err = strconv.ParseInt(tok, 10, 64)
+	require.NoError(t, err, "lock value %q", v)
+	return holder, token
+}
 
 // recorder is an Observer that counts events.
 type recorder struct {

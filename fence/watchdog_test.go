@@ -99,11 +99,11 @@ func (h countScripts) count(cmd redis.Cmder) {
 	}
 }
 
-// isRenew recognises the renewal script: three args after the key,
-// the last the lease in ms (acquire has two keys, release four args).
+// isRenew recognises the renewal script: two args after the key, the
+// last the lease in ms (acquire has two keys, release three args).
 func isRenew(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	if len(a) != 7 {
+	if len(a) != 6 {
 		return false
 	}
 	name, _ := a[0].(string)
@@ -111,7 +111,7 @@ func isRenew(cmd redis.Cmder) bool {
 		return false
 	}
 	nk, _ := a[2].(int)
-	_, leaseArg := a[6].(int64)
+	_, leaseArg := a[5].(int64)
 	return nk == 1 && leaseArg
 }
 
@@ -291,7 +291,7 @@ func TestLossImmediateOnOtherHolder(t *testing.T) {
 	l, err := c.Acquire(ctx, "steal")
 	require.NoError(t, err)
 	at := doneAt(l)
-	require.NoError(t, r.Client().HSet(ctx, lockKey(r, "steal"), "holder", "intruder").Err())
+	require.NoError(t, r.Client().SetArgs(ctx, lockKey(r, "steal"), "1:intruder", redis.SetArgs{KeepTTL: true}).Err())
 	select {
 	case cancelled := <-at:
 		assert.True(t, cancelled.Before(l.Deadline().Add(-lease/3)))
@@ -300,8 +300,7 @@ func TestLossImmediateOnOtherHolder(t *testing.T) {
 	}
 	assert.ErrorIs(t, l.Err(), fence.ErrLockLost)
 	assert.ErrorIs(t, l.Release(ctx), fence.ErrNotHeld)
-	h, err := r.Client().HGet(ctx, lockKey(r, "steal"), "holder").Result()
-	require.NoError(t, err)
+	h, _ := readLock(t, r.Client(), lockKey(r, "steal"))
 	assert.Equal(t, "intruder", h, "release deleted nothing of the other holder")
 }
 
