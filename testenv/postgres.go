@@ -39,6 +39,9 @@ type Postgres struct {
 	proc *process
 }
 
+// postgresGlob is where Debian installs the Postgres server binaries.
+var postgresGlob = "/usr/lib/postgresql/*/bin"
+
 // PostgresBinDir finds the directory with initdb and postgres, or returns an
 // error naming the package to install.
 func PostgresBinDir() (string, error) {
@@ -46,7 +49,7 @@ func PostgresBinDir() (string, error) {
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
 		cands = append(cands, strings.TrimSpace(string(out)))
 	}
-	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin"); len(m) > 0 {
+	if m, _ := filepath.Glob(postgresGlob); len(m) > 0 {
 		sort.Sort(sort.Reverse(sort.StringSlice(m)))
 		// Prefer 15, the version the project targets, then the newest.
 		for _, d := range m {

@@ -65,12 +65,15 @@ type Redis struct {
 	client  *redis.Client
 }
 
+// redisPaths are where redis-server is looked for when it is not on PATH.
+var redisPaths = []string{"/usr/bin/redis-server", "/usr/local/bin/redis-server"}
+
 // RedisBinary finds redis-server, or returns an error naming the package.
 func RedisBinary() (string, error) {
 	if p, err := exec.LookPath("redis-server"); err == nil {
 		return p, nil
 	}
-	for _, p := range []string{"/usr/bin/redis-server", "/usr/local/bin/redis-server"} {
+	for _, p := range redisPaths {
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}

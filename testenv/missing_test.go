@@ -1,0 +1,28 @@
+package testenv
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A machine without the servers gets an error that names what to install.
+func TestMissingBinariesNameThePackage(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	oldRedis, oldPG := redisPaths, postgresGlob
+	redisPaths, postgresGlob = []string{"/nonexistent/redis-server"}, "/nonexistent/*/bin"
+	t.Cleanup(func() { redisPaths, postgresGlob = oldRedis, oldPG })
+
+	_, err := RedisBinary()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "apt-get install redis-server")
+	_, err = StartRedis()
+	require.Error(t, err, "StartRedis must fail, not skip")
+
+	_, err = PostgresBinDir()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "postgresql-15")
+	_, err = StartPostgres()
+	require.Error(t, err)
+}
