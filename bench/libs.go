@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,9 @@ type counter struct {
 	mu     sync.Mutex
 	timing bool
 	spans  []span
+	// captured holds the arguments of every pipelined command sent while
+	// timing is on: the renewal floor replays them.
+	captured [][]any
 }
 
 type span struct {
@@ -82,6 +86,9 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		end := time.Now()
 		c.mu.Lock()
 		c.spans = append(c.spans, span{start, end, len(cmds)})
+		for _, cmd := range cmds {
+			c.captured = append(c.captured, slices.Clone(cmd.Args()))
+		}
 		c.mu.Unlock()
 		return err
 	}
@@ -89,17 +96,17 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 
 func (c *counter) startTiming() {
 	c.mu.Lock()
-	c.timing, c.spans = true, nil
+	c.timing, c.spans, c.captured = true, nil, nil
 	c.mu.Unlock()
 }
 
-func (c *counter) stopTiming() []span {
+func (c *counter) stopTiming() ([]span, [][]any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.timing = false
-	s := c.spans
-	c.spans = nil
-	return s
+	s, a := c.spans, c.captured
+	c.spans, c.captured = nil, nil
+	return s, a
 }
 
 type counts struct{ roundTrips, cmds int64 }

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,14 +25,10 @@ const renewBatchGoal = 500
 
 func runRenewal(ctx context.Context, e *env, res *results) error {
 	s := res.scenario("renewal")
-	script, scriptSrc, err := renewScript()
-	if err != nil {
-		return err
-	}
 	s.Notes = append(s.Notes,
 		fmt.Sprintf("fence client with WithLease(%v): renewals every %v. Per repetition: acquire N locks, let one period pass, then measure %d periods. Figures per renewal period.", e.cfg.RenewalLease, e.cfg.RenewalLease/3, e.cfg.RenewalPeriods),
 		"round trips: go-redis hook on fence's client (one per command or pipeline). cmds: INFO commandstats delta (script-internal commands included). cpu: getrusage of the whole bench process (only fence's watchdog is active) as % of one core. heap/lock: HeapAlloc after GC with N locks held minus before, / N. goroutines: NumGoroutine with N held minus before.",
-		"busy: time in a period during which a renewal pipeline of fence was in flight (union of the pipelines' spans, timed by the hook); round wall: first start to last end of a cluster of renewal pipelines (gaps < 20 ms). floor: one hand-written go-redis pipeline of N EVALSHA of "+scriptSrc+" on the same keys and arguments (median of 5 runs). peer loop: bsm/redislock lock.Refresh of N locks one after another (its documented refresh).")
+		"busy: time in a period during which a renewal pipeline of fence was in flight (union of the pipelines' spans, timed by the hook); round wall: first start to last end of a cluster of renewal pipelines (gaps < 20 ms). floor: one hand-written go-redis pipeline replaying, for every held lock, the renewal command (EVALSHA of fence's renew script with its keys and arguments) that the watchdog sent during the measurement, captured by the hook (median of 5 runs). peer loop: bsm/redislock lock.Refresh of N locks one after another (its documented refresh).")
 	type agg struct {
 		rt, cmds, cpuPct, cpuMs, heap, gor, busy, wall, renewed, floor, peer, lost []float64
 		causes                                                                     []string
@@ -44,7 +39,7 @@ func runRenewal(ctx context.Context, e *env, res *results) error {
 	}
 	for rep := 0; rep < e.cfg.RenewalReps; rep++ {
 		for _, n := range e.cfg.RenewalLocks {
-			r, err := renewalOnce(ctx, e, n, script)
+			r, err := renewalOnce(ctx, e, n)
 			if err != nil {
 				return fmt.Errorf("%d locks: %w", n, err)
 			}
@@ -92,18 +87,6 @@ func runRenewal(ctx context.Context, e *env, res *results) error {
 	return nil
 }
 
-// renewScript loads the library's own renewal script from its source tree,
-// so the floor pipeline runs exactly what the watchdog runs.
-func renewScript() (*redis.Script, string, error) {
-	for _, p := range []string{"../fence/renew.lua", "fence/renew.lua"} {
-		b, err := os.ReadFile(p)
-		if err == nil {
-			return redis.NewScript(string(b)), "fence/renew.lua", nil
-		}
-	}
-	return nil, "", errors.New("fence/renew.lua not found: run from the bench directory")
-}
-
 type renewalRep struct {
 	rtPerPeriod, cmdsPerPeriod, cpuPct, cpuMsPerPeriod float64
 	heapPerLock, goroutines                            float64
@@ -121,7 +104,7 @@ func heapNow() uint64 {
 	return ms.HeapAlloc
 }
 
-func renewalOnce(ctx context.Context, e *env, n int, script *redis.Script) (*renewalRep, error) {
+func renewalOnce(ctx context.Context, e *env, n int) (*renewalRep, error) {
 	cfg := e.cfg
 	period := cfg.RenewalLease / 3
 	fl, err := newFenceLocker(e.redis.Addr, fence.WithLease(cfg.RenewalLease))
@@ -184,7 +167,7 @@ func renewalOnce(ctx context.Context, e *env, n int, script *redis.Script) (*ren
 	cnt.startTiming()
 	t0 := time.Now()
 	time.Sleep(time.Duration(cfg.RenewalPeriods) * period)
-	spans := cnt.stopTiming()
+	spans, captured := cnt.stopTiming()
 	window := time.Since(t0)
 	cpu1 := cpuTime()
 	c := cnt.snapshot().sub(c0)
@@ -220,8 +203,9 @@ func renewalOnce(ctx context.Context, e *env, n int, script *redis.Script) (*ren
 		live = append(live, l)
 	}
 
-	// Floor: the same script, the same keys and arguments, one pipeline.
-	floor, err := floorPipeline(ctx, e, script, live, cfg.RenewalLease)
+	// Floor: the renewal commands the watchdog sent, the latest one per
+	// live lock, in one pipeline.
+	floor, err := floorPipeline(ctx, e, captured, live)
 	if err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
 	}
@@ -254,27 +238,39 @@ func roundWalls(spans []span, gap time.Duration) []float64 {
 	return append(out, float64(end.Sub(start))/float64(time.Millisecond))
 }
 
-func floorPipeline(ctx context.Context, e *env, script *redis.Script, locks []*fence.Lock, lease time.Duration) (float64, error) {
-	if err := script.Load(ctx, e.ping).Err(); err != nil {
-		return 0, err
+func floorPipeline(ctx context.Context, e *env, captured [][]any, live []*fence.Lock) (float64, error) {
+	// The latest renewal per key; the key is the first after EVALSHA, sha
+	// and the key count.
+	byKey := map[string][]any{}
+	for _, args := range captured {
+		if len(args) < 4 {
+			continue
+		}
+		if name, _ := args[0].(string); !strings.EqualFold(name, "evalsha") && !strings.EqualFold(name, "eval") {
+			continue
+		}
+		byKey[fmt.Sprint(args[3])] = args
 	}
-	// The key layout is the library's documented one: <prefix>{<name>}.
+	if len(byKey) < len(live) {
+		return 0, fmt.Errorf("captured renewals of %d keys, %d locks are held: the watchdog did not renew every lock during the measurement", len(byKey), len(live))
+	}
+	all := make([][]any, 0, len(byKey))
+	for _, args := range byKey {
+		all = append(all, args)
+	}
 	var runs []float64
 	for try := 0; try < 5; try++ {
 		pipe := e.ping.Pipeline()
-		cmds := make([]*redis.Cmd, len(locks))
+		cmds := make([]*redis.Cmd, 0, len(all))
 		t := time.Now()
-		for i, l := range locks {
-			cmds[i] = script.EvalSha(ctx, pipe, []string{fence.DefaultPrefix + "{" + l.Name() + "}"},
-				l.Holder(), fmt.Sprint(l.Token()), lease.Milliseconds())
+		for _, args := range all {
+			cmds = append(cmds, pipe.Do(ctx, args...))
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, err
-		}
+		_, _ = pipe.Exec(ctx)
 		d := time.Since(t)
 		for _, c := range cmds {
-			if v, err := c.Int64(); err != nil || v != 1 {
-				return 0, fmt.Errorf("renew script answered %v, %v: the floor must renew the same locks", v, err)
+			if err := c.Err(); err != nil {
+				return 0, fmt.Errorf("replayed renewal %v: %w", c.Args(), err)
 			}
 		}
 		runs = append(runs, float64(d)/float64(time.Millisecond))
