@@ -1,8 +1,8 @@
 -- Acquire a lock and hand out its fencing token, in one round trip.
 -- KEYS[1] lock, KEYS[2] token counter
 -- ARGV[1] holder, ARGV[2] lease (ms), ARGV[3] idle expiry of the counter (ms)
--- Returns {1, token} when acquired, {0, pttl} when another holder has it
--- (pttl -1: the key has no expiry).
+-- Returns {1, '<token>:<holder>'} (the lock's value) when acquired,
+-- {0, pttl} when another holder has it (pttl -1: the key has no expiry).
 --
 -- The lock is one string '<token>:<holder>' with a PX expiry: one write to
 -- create it, one read to check an owner (release, renew).
@@ -26,5 +26,6 @@ if now > token then
 end
 local s = string.format('%.0f', token)
 redis.call('SET', KEYS[2], s, 'PX', ARGV[3])
-redis.call('SET', KEYS[1], s .. ':' .. ARGV[1], 'PX', ARGV[2])
-return {1, s}
+local v = s .. ':' .. ARGV[1]
+redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
+return {1, v}

@@ -72,6 +72,9 @@ func (c *Client) lockConfig(name string, opts []Option) (config, error) {
 	if err := validateName(name); err != nil {
 		return config{}, err
 	}
+	if len(opts) == 0 {
+		return c.cfg, nil
+	}
 	cfg := c.cfg
 	if err := cfg.apply(true, opts); err != nil {
 		return config{}, err
@@ -233,7 +236,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config) (
 	if holder == "" {
 		holder = newHolderID()
 	}
-	call := scriptCall{keys: []string{k.lock, k.seq}, args: []any{holder, cfg.lease.Milliseconds(), seqIdleExpiry}}
+	call := scriptCall{keys: []string{k.lock, k.seq}, args: []any{holder, cfg.leaseArg, seqIdleExpiry}}
 	start := time.Now()
 	var (
 		rep  acquireReply
@@ -255,7 +258,9 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config) (
 	if !rep.acquired {
 		return nil, rep, nil
 	}
-	l := &Lock{c: c, name: name, keys: k, holder: holder, token: rep.token, value: lockValue(rep.token, holder), fixed: cfg.fixed,
+	// The holder and the value share the reply's string (no copies).
+	l := &Lock{c: c, name: name, keys: k, holder: rep.value[len(rep.value)-len(holder):], token: rep.token,
+		value: rep.value, fixed: cfg.fixed,
 		acquiredAt: start, lease: cfg.lease, renewAt: start.Add(cfg.lease / 3), idx: -1}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background()) // no goroutine: the parent never ends
 	l.setDeadlineFrom(start, cfg.lease)

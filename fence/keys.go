@@ -36,6 +36,9 @@ type keys struct {
 }
 
 func keysFor(prefix, name string) keys {
-	base := prefix + "{" + name + "}"
-	return keys{lock: base, seq: base + ":seq", channel: base + ":ch"}
+	// One allocation on the acquire path: the three keys are slices of
+	// "<base>:seq<base>:ch".
+	n := len(prefix) + len(name) + 2
+	s := prefix + "{" + name + "}:seq" + prefix + "{" + name + "}:ch"
+	return keys{lock: s[:n], seq: s[:n+4], channel: s[n+4:]}
 }

@@ -16,8 +16,10 @@ type Lock struct {
 	keys   keys
 	holder string
 	token  int64
-	value  string // '<token>:<holder>', the lock key's value (see lockValue)
-	fixed  bool
+	// value is the lock key's value, '<token>:<holder>' (acquire.lua): the
+	// token first (digits only), so that a holder id may contain ':'.
+	value string
+	fixed bool
 
 	acquiredAt time.Time
 	ctx        context.Context
@@ -100,8 +102,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: lock %q was already released", ErrNotHeld, l.name)
 	}
 	l.c.wd.remove(l)
-	l.cancel(ErrReleased) // no effect when already lost: the first cause stays
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	l.cancel(ErrReleased)  // no effect when already lost: the first cause stays
+	if ctx.Done() != nil { // a context that cannot be cancelled needs no detaching
+		ctx = context.WithoutCancel(ctx)
+	}
+	rctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
 	err := l.c.release(rctx, l)
 	l.c.forget(l)
@@ -109,21 +114,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// lockValue is the lock key's value: the token first (digits only), so
-// that the holder id may contain any byte, ':' included.
-func lockValue(token int64, holder string) string {
-	return strconv.FormatInt(token, 10) + ":" + holder
-}
-
 func (l *Lock) releaseCall() scriptCall {
-	spub := "0"
+	args := []any{l.value, l.keys.channel, "0"}
 	if l.c.cluster {
-		spub = "1"
+		args[2] = "1" // constants are boxed without an allocation
 	}
-	return scriptCall{
-		keys: []string{l.keys.lock},
-		args: []any{l.value, l.keys.channel, spub},
-	}
+	return scriptCall{keys: []string{l.keys.lock}, args: args}
 }
 
 func (l *Lock) renewCall(lease time.Duration) scriptCall {

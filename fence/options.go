@@ -35,6 +35,7 @@ type Option func(c *config, perLock bool) error
 type config struct {
 	prefix         string
 	lease          time.Duration
+	leaseArg       any // lease in ms, boxed once for the acquire script
 	fixed          bool
 	maxHold        time.Duration
 	waitLimit      time.Duration
@@ -49,6 +50,7 @@ func defaultConfig() config {
 	return config{
 		prefix:    DefaultPrefix,
 		lease:     DefaultLease,
+		leaseArg:  DefaultLease.Milliseconds(),
 		waitLimit: DefaultWaitLimit,
 		logger:    slog.New(slog.DiscardHandler),
 		observer:  NopObserver{},
@@ -64,6 +66,7 @@ func (c *config) apply(perLock bool, opts []Option) error {
 			return err
 		}
 	}
+	c.leaseArg = c.lease.Milliseconds()
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -37,8 +38,9 @@ const (
 // acquireReply is the decoded answer of acquire.lua.
 type acquireReply struct {
 	acquired bool
-	token    int64 // when acquired
-	pttl     int64 // ms, when not acquired (-1: no expiry, -2: gone meanwhile)
+	token    int64  // when acquired
+	value    string // when acquired: the lock's value '<token>:<holder>'
+	pttl     int64  // ms, when not acquired (-1: no expiry, -2: gone meanwhile)
 }
 
 func parseAcquire(v any) (acquireReply, error) {
@@ -51,15 +53,16 @@ func parseAcquire(v any) (acquireReply, error) {
 		return acquireReply{}, fmt.Errorf("fence: unexpected acquire reply %#v", v)
 	}
 	if flag == 1 {
-		s, ok := arr[1].(string)
+		v, ok := arr[1].(string)
 		if !ok {
-			return acquireReply{}, fmt.Errorf("fence: unexpected acquire token %#v", arr[1])
+			return acquireReply{}, fmt.Errorf("fence: unexpected acquire reply %#v", arr[1])
 		}
+		s, _, _ := strings.Cut(v, ":")
 		tok, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			return acquireReply{}, fmt.Errorf("fence: unexpected acquire token %q: %w", s, err)
 		}
-		return acquireReply{acquired: true, token: tok}, nil
+		return acquireReply{acquired: true, token: tok, value: v}, nil
 	}
 	pttl, ok := arr[1].(int64)
 	if !ok {
