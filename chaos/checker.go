@@ -202,8 +202,10 @@ func checkResource(r string, ops []Op, cs []Commit, value int64) ([]Violation, b
 		}
 	}
 
-	// 5. No lost update: the k-th committed increment wrote k, and the
-	// register holds the number of committed increments.
+	// 5. No lost update: each committed increment wrote one more than the
+	// increment committed before it (flagged once, where it happens, not
+	// at every later increment), and the register holds the number of
+	// committed increments.
 	var n int64
 	var last Commit
 	for _, c := range cs {
@@ -211,9 +213,10 @@ func checkResource(r string, ops []Op, cs []Commit, value int64) ([]Violation, b
 			continue
 		}
 		n++
-		if c.Value != n {
+		if c.Value != last.Value+1 {
 			f, t := span(last.OpID, c.OpID)
-			add(CheckLostUpdate, fmt.Sprintf("increment #%d (%v) wrote %d: an update was lost (previous %v)", n, c, c.Value, last), f, t)
+			add(CheckLostUpdate, fmt.Sprintf("increment #%d (%v) wrote %d after %v: it read a value that was already overwritten, an update was lost",
+				n, c, c.Value, last), f, t)
 		}
 		last = c
 	}

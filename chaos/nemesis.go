@@ -137,13 +137,19 @@ func (t *trial) inject(ctx context.Context, kind string, rng *rand.Rand) Fault {
 			err = fmt.Errorf("no worker alive")
 			break
 		}
-		f.Victim, f.Param = p.id, scale(2.5, 4)
+		f.Victim = p.id
 		f.At = now()
 		if err = p.cmd.Process.Signal(syscall.SIGSTOP); err == nil {
-			sleepCtx(ctx, f.Param)
+			// Beyond the lease, then resume at the worst moment: when a
+			// new holder of one of the victim's resources is inside its
+			// operation (after its read, before its commit), so that the
+			// victim's late commit races it. Give up waiting at 4 leases.
+			sleepCtx(ctx, scale(1.2, 1.6))
+			t.waitTakeoverInFlight(ctx, f, time.Unix(0, f.At).Add(4*L), L/40)
 			err = p.cmd.Process.Signal(syscall.SIGCONT)
 		}
 		f.HealAt = now()
+		f.Param = time.Duration(f.HealAt - f.At)
 	case FaultSigkill:
 		p := pickVictim()
 		if p == nil {
@@ -245,4 +251,31 @@ func (t *trial) waitInFlight(ctx context.Context, limit time.Duration, rng *rand
 		time.Sleep(2 * time.Millisecond)
 	}
 	return nil
+}
+
+// waitTakeoverInFlight waits until another worker has acquired one of the
+// resources the victim held at the fault and has had an operation on it
+// in flight for at least age, or until the deadline.
+func (t *trial) waitTakeoverInFlight(ctx context.Context, f Fault, deadline time.Time, age time.Duration) {
+	mine := map[string]bool{}
+	for _, h := range f.affected() {
+		mine[h.Resource] = true
+	}
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		open := map[string]Event{} // op id -> invoke on one of the victim's resources by another worker
+		for _, e := range t.rec.Events() {
+			switch {
+			case e.Type == evInvoke && e.At > f.At && e.Worker != f.Victim && mine[e.Resource]:
+				open[e.Op] = e
+			case e.Type == evComplete:
+				delete(open, e.Op)
+			}
+		}
+		for _, e := range open {
+			if time.Since(time.Unix(0, e.At)) >= age {
+				return
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

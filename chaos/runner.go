@@ -41,6 +41,12 @@ type Config struct {
 	Resources int
 	// Lease is the lock lease (default 400ms).
 	Lease time.Duration
+	// BareLeases makes odd-numbered workers hand guard.Exec a bare lease
+	// (name, token, holder) instead of the *fence.Lock: guard cannot then
+	// stop a lost holder early, and the database's check alone stands
+	// between a stale holder and a commit. Even workers always pass the
+	// lock itself, as applications do.
+	BareLeases bool
 	// IdleTimeout, when set, makes the workers' stores end a guarded
 	// transaction left idle that long (pgfence.WithIdleTimeout), so a
 	// holder frozen mid-transaction stops blocking the next one.
@@ -260,9 +266,7 @@ func (t *trial) spawn(ctx context.Context) (*proc, error) {
 		ID: id, RedisAddr: rp.Addr, PGURL: "postgres://postgres@" + pp.Addr + "/" + dbName(t.env.dbURL) + "?sslmode=disable",
 		Prefix: fmt.Sprintf("chaos%d:", t.n), Resources: t.resources, Lease: t.cfg.Lease, Guard: t.cfg.Guard,
 		Seed: t.seed + uint64(id)*7919, Think: t.cfg.Lease / 10, OpsPerHold: 12, Items: 3,
-		// Odd workers give guard a bare lease: then only the database
-		// stands between a stale holder and a commit.
-		BareLease: id%2 == 1, IdleTimeout: t.cfg.IdleTimeout,
+		BareLease: t.cfg.BareLeases && id%2 == 1, IdleTimeout: t.cfg.IdleTimeout,
 	}
 	js, _ := json.Marshal(wc)
 	cmd := t.cfg.WorkerCommand()

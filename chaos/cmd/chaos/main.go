@@ -34,6 +34,7 @@ func main() {
 		control   = flag.Int("control", 9, "trials of the guard-off control run after the main run (0: none)")
 		guardOn   = flag.Bool("guard", true, "fence the workers' writes with guard (false: the main run is a control run)")
 		lease     = flag.Duration("lease", 400*time.Millisecond, "lock lease")
+		bare      = flag.Bool("bare-lease", true, "odd-numbered workers give guard.Exec a bare lease (no Done channel): the database alone must reject their stale writes")
 		idle      = flag.Duration("idle-timeout", 0, "pgfence.WithIdleTimeout for the workers' stores (0: off, the library default)")
 		workers   = flag.Int("workers", 3, "worker processes per trial")
 		resources = flag.Int("resources", 2, "resources per trial")
@@ -50,7 +51,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	cfg := chaos.Config{Trials: *trials, Seed: *seed, Guard: *guardOn, Kinds: ks, Workers: *workers,
-		Resources: *resources, Lease: *lease, IdleTimeout: *idle, WorkerCommand: chaos.SelfCommand, Verbose: *verbose}
+		Resources: *resources, Lease: *lease, IdleTimeout: *idle, BareLeases: *bare, WorkerCommand: chaos.SelfCommand, Verbose: *verbose}
 	fmt.Printf("chaos: seed %d (rerun with -seed %d)\n", *seed, *seed)
 	failed := false
 	if *control > 0 {

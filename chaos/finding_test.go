@@ -1,0 +1,136 @@
+//go:build chaosfinding
+
+// Findings of the chaos suite that the library does not meet today, as
+// deterministic tests. They fail until fixed, so they sit behind a build
+// tag and stay out of `make test`:
+//
+//	go test -race -tags chaosfinding -run TestFinding -v ./chaos
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/migrations"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5"
+)
+
+// A holder frozen between the read and the write of a read-modify-write
+// (SIGSTOP, GC pause, VM freeze) loses its lease; a new holder takes the
+// lock and reads; the old holder thaws and commits before the new one
+// does. The old holder's write must be rejected: its lease is gone and a
+// newer token is at work. With the token claimed only at commit (precheck
+// without a lock at begin), the database has not seen the newer token yet,
+// so it accepts the old write, and the new holder then commits an
+// increment computed from a value that was overwritten: one update lost,
+// with guard on.
+//
+// The old holder's lease is handed to guard without its Done channel: a
+// frozen process cannot run its client-side check before it thaws, and
+// when it does, that check races the commit (the package doc of guard says
+// the store's check is the guarantee). The chaos suite produces the same
+// interleaving for real under `sigstop` (SIGCONT while the next holder is
+// between its read and its write).
+func TestFindingReadModifyWriteLostUpdate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := testenv.NewRedisServer(t)
+	db := testenv.NewDB(t)
+	sqlDB, err := sql.Open("pgx", db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sqlDB.Close()
+	if err := migrations.Up(ctx, sqlDB); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE reg (id int PRIMARY KEY, value int NOT NULL); INSERT INTO reg VALUES (1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgfence.New(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc, err := fence.New(r.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close(ctx)
+
+	incr := func(read chan<- struct{}, proceed <-chan struct{}) func(context.Context, pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			var v int
+			if err := tx.QueryRow(ctx, `SELECT value FROM reg WHERE id = 1`).Scan(&v); err != nil {
+				return err
+			}
+			close(read)
+			<-proceed // frozen here
+			_, err := tx.Exec(ctx, `UPDATE reg SET value = $1 WHERE id = 1`, v+1)
+			return err
+		}
+	}
+
+	// Old holder: a short fixed lease, frozen after its read.
+	old, err := fc.Acquire(ctx, "stock", fence.WithFixedLease(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldRead, oldGo, oldDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := guard.Exec(ctx, store, bareLease{name: old.Name(), holder: old.Holder(), token: old.Token()}, incr(oldRead, oldGo))
+		oldDone <- err
+	}()
+	<-oldRead
+
+	// The lease runs out; the next holder takes the lock and reads.
+	next, err := fc.Acquire(ctx, "stock", fence.WithLease(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(context.WithoutCancel(ctx))
+	if next.Token() <= old.Token() {
+		t.Fatalf("next token %d not above old %d", next.Token(), old.Token())
+	}
+	nextRead, nextGo, nextDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := guard.Exec(ctx, store, next, incr(nextRead, nextGo))
+		nextDone <- err
+	}()
+	select {
+	case <-nextRead:
+	case <-time.After(2 * time.Second):
+		// A store that claims at begin makes the next holder wait for the
+		// old transaction here; let the old one go on, it must then fail
+		// or be ordered first.
+	}
+
+	// The old holder thaws and commits while the next one is mid-way.
+	close(oldGo)
+	oldErr := <-oldDone
+	close(nextGo)
+	nextErr := <-nextDone
+
+	var v int
+	if err := db.Pool.QueryRow(ctx, `SELECT value FROM reg WHERE id = 1`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	committed := 0
+	for _, err := range []error{oldErr, nextErr} {
+		if err == nil {
+			committed++
+		}
+	}
+	t.Logf("old holder (token %d, lease expired): %v; next holder (token %d): %v; register %d", old.Token(), oldErr, next.Token(), nextErr, v)
+	if v != committed {
+		t.Errorf("lost update with guard on: %d increments committed, register holds %d", committed, v)
+	}
+	if oldErr == nil && nextErr == nil {
+		t.Errorf("a write from a holder whose lease had expired committed while a newer holder (token %d) was at work", next.Token())
+	}
+}
