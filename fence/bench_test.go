@@ -31,6 +31,24 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkAcquireWaitingRelease: uncontended Acquire (the waiting
+// call, as most callers use it) + Release on one name.
+func BenchmarkAcquireWaitingRelease(b *testing.B) {
+	r := testenv.NewRedis(b)
+	ctx := context.Background()
+	c := newClient(b, r, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := c.Acquire(ctx, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkHandoff: four workers on two clients contend for one name. An
 // op is one acquisition; gap-µs/op is the mean time from a holder's
 // Release call to the next (other) worker holding the lock.

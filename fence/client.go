@@ -104,7 +104,8 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*
 }
 
 // Acquire acquires name, waiting while another holder has it: it wakes on
-// that holder's release message, or when the lock's expiry has passed. It
+// that holder's release message, or when the lock's expiry has passed. Its
+// first attempt is bounded by ctx alone, like [Client.TryAcquire]. It
 // returns [ErrNotAcquired] joined with the reason when ctx is done or the
 // wait limit ([WithWaitLimit], default [DefaultWaitLimit]) passes,
 // [ErrClosed] when the client is closed meanwhile, and a Redis error as
@@ -115,25 +116,23 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		return nil, err
 	}
 	start := time.Now()
-	wctx, cancel := context.WithTimeoutCause(ctx, cfg.waitLimit,
-		fmt.Errorf("fence: wait limit %v reached: %w", cfg.waitLimit, context.DeadlineExceeded))
-	defer cancel()
-
 	k := keysFor(cfg.prefix, name)
-	// Uncontended path: one round trip, no subscription. Skipped when
-	// waiters of this client already queue for the name: the lock goes to
-	// them first (see waiter).
-	var rep acquireReply
+	// Uncontended path: one round trip, no subscription, bounded by ctx
+	// like TryAcquire (no wait-limit context and timer for a lock that is
+	// free). Skipped when waiters of this client already queue for the
+	// name: the lock goes to them first (see waiter).
 	if !c.waiter.queued(k.channel) {
-		var l *Lock
-		l, rep, err = c.attempt(wctx, name, k, cfg)
+		l, _, err := c.attempt(ctx, name, k, cfg)
 		if l != nil || err != nil {
 			if l != nil {
 				cfg.observer.Acquired(Event{Name: name, Token: l.token, Duration: time.Since(start)})
 			}
-			return l, c.attemptErr(wctx, err)
+			return l, c.attemptErr(ctx, err)
 		}
 	}
+	// The wait limit counts from the call.
+	wctx, cancel := context.WithDeadlineCause(ctx, start.Add(cfg.waitLimit), cfg.waitLimitErr)
+	defer cancel()
 
 	// Held: subscribe first, then try again, so that a release between
 	// the failed attempt and the wait is seen either by the attempt or as
@@ -161,7 +160,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		cfg.logger.Warn("fence: cannot subscribe to release notifications; waiting on lock expiry only",
 			slog.String("name", name), slog.Any("err", err))
 	}
-	var l *Lock
+	var (
+		l   *Lock
+		rep acquireReply
+	)
 	if sub != nil {
 		// Leaving without the lock passes a wake on to the next waiter.
 		defer func() { sub.close(l != nil) }()

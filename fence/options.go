@@ -1,6 +1,8 @@
 package fence
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -39,6 +41,7 @@ type config struct {
 	fixed          bool
 	maxHold        time.Duration
 	waitLimit      time.Duration
+	waitLimitErr   error // the wait context's cause, made once per config
 	replicas       int
 	replicaTimeout time.Duration
 	logger         *slog.Logger
@@ -48,12 +51,13 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		prefix:    DefaultPrefix,
-		lease:     DefaultLease,
-		leaseArg:  DefaultLease.Milliseconds(),
-		waitLimit: DefaultWaitLimit,
-		logger:    slog.New(slog.DiscardHandler),
-		observer:  NopObserver{},
+		prefix:       DefaultPrefix,
+		lease:        DefaultLease,
+		leaseArg:     DefaultLease.Milliseconds(),
+		waitLimit:    DefaultWaitLimit,
+		waitLimitErr: waitLimitErr(DefaultWaitLimit),
+		logger:       slog.New(slog.DiscardHandler),
+		observer:     NopObserver{},
 	}
 }
 
@@ -67,7 +71,12 @@ func (c *config) apply(perLock bool, opts []Option) error {
 		}
 	}
 	c.leaseArg = c.lease.Milliseconds()
+	c.waitLimitErr = waitLimitErr(c.waitLimit)
 	return nil
+}
+
+func waitLimitErr(d time.Duration) error {
+	return fmt.Errorf("fence: wait limit %v reached: %w", d, context.DeadlineExceeded)
 }
 
 func clientLevel(name string, perLock bool) error {
