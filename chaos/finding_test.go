@@ -40,41 +40,7 @@ import (
 func TestFindingReadModifyWriteLostUpdate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r := testenv.NewRedisServer(t)
-	db := testenv.NewDB(t)
-	sqlDB, err := sql.Open("pgx", db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sqlDB.Close()
-	if err := migrations.Up(ctx, sqlDB); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, `CREATE TABLE reg (id int PRIMARY KEY, value int NOT NULL); INSERT INTO reg VALUES (1, 0)`); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgfence.New(db.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc, err := fence.New(r.Client())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fc.Close(ctx)
-
-	incr := func(read chan<- struct{}, proceed <-chan struct{}) func(context.Context, pgx.Tx) error {
-		return func(ctx context.Context, tx pgx.Tx) error {
-			var v int
-			if err := tx.QueryRow(ctx, `SELECT value FROM reg WHERE id = 1`).Scan(&v); err != nil {
-				return err
-			}
-			close(read)
-			<-proceed // frozen here
-			_, err := tx.Exec(ctx, `UPDATE reg SET value = $1 WHERE id = 1`, v+1)
-			return err
-		}
-	}
+	fc, store, db, _ := findingSetup(ctx, t)
 
 	// Old holder: a short fixed lease, frozen after its read.
 	old, err := fc.Acquire(ctx, "stock", fence.WithFixedLease(200*time.Millisecond))
@@ -132,5 +98,110 @@ func TestFindingReadModifyWriteLostUpdate(t *testing.T) {
 	}
 	if oldErr == nil && nextErr == nil {
 		t.Errorf("a write from a holder whose lease had expired committed while a newer holder (token %d) was at work", next.Token())
+	}
+}
+
+func findingSetup(ctx context.Context, t *testing.T) (*fence.Client, *pgfence.Store, *testenv.DB, *testenv.Redis) {
+	t.Helper()
+	r := testenv.NewRedisServer(t)
+	db := testenv.NewDB(t)
+	sqlDB, err := sql.Open("pgx", db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sqlDB.Close()
+	if err := migrations.Up(ctx, sqlDB); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE reg (id int PRIMARY KEY, value int NOT NULL); INSERT INTO reg VALUES (1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgfence.New(db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc, err := fence.New(r.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fc.Close(context.Background()) })
+	return fc, store, db, r
+}
+
+// incr is a read-modify-write of the register that signals after its read
+// and waits for proceed before its write.
+func incr(read chan<- struct{}, proceed <-chan struct{}) func(context.Context, pgx.Tx) error {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		var v int
+		if err := tx.QueryRow(ctx, `SELECT value FROM reg WHERE id = 1`).Scan(&v); err != nil {
+			return err
+		}
+		close(read)
+		<-proceed
+		_, err := tx.Exec(ctx, `UPDATE reg SET value = $1 WHERE id = 1`, v+1)
+		return err
+	}
+}
+
+// Redis loses its data (FLUSHALL; a restart without persistence or a
+// failover acts the same) while holder A is between the read and the write
+// of a read-modify-write. B acquires at once (the lock key is gone) and
+// reads; A, whose watchdog has not renewed yet and so does not know, writes
+// and commits; B commits. Both pass the database's token check (A's token
+// is still the newest the database has seen when A commits, since B
+// claims only at commit), and one increment is lost. No process is paused
+// and both pass their *fence.Lock to guard.Exec, as applications do.
+func TestFindingReadModifyWriteLostUpdateAfterRedisDataLoss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fc, store, db, r := findingSetup(ctx, t)
+
+	a, err := fc.Acquire(ctx, "stock", fence.WithLease(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aRead, aGo, aDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := guard.Exec(ctx, store, a, incr(aRead, aGo))
+		aDone <- err
+	}()
+	<-aRead
+
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := fc.Acquire(ctx, "stock", fence.WithLease(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(context.WithoutCancel(ctx))
+	bRead, bGo, bDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := guard.Exec(ctx, store, b, incr(bRead, bGo))
+		bDone <- err
+	}()
+	select {
+	case <-bRead:
+	case <-time.After(2 * time.Second): // a store that claims at begin may make B wait here
+	}
+	close(aGo)
+	aErr := <-aDone
+	close(bGo)
+	bErr := <-bDone
+	_ = a.Release(context.WithoutCancel(ctx))
+
+	var v int
+	if err := db.Pool.QueryRow(ctx, `SELECT value FROM reg WHERE id = 1`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	committed := 0
+	for _, err := range []error{aErr, bErr} {
+		if err == nil {
+			committed++
+		}
+	}
+	t.Logf("A (token %d): %v; B (token %d): %v; register %d", a.Token(), aErr, b.Token(), bErr, v)
+	if v != committed {
+		t.Errorf("lost update with guard on after Redis lost its data: %d increments committed, register holds %d", committed, v)
 	}
 }
