@@ -26,6 +26,11 @@ type watchdog struct {
 	mu   sync.Mutex
 	h    lockHeap
 	kick chan struct{} // cap 1: the heap's head changed
+	// wakeAt is when the scheduler's timer fires (guarded by mu): a lock
+	// added with a later event needs no wake-up, the scheduler looks at the
+	// heap again by then anyway. It keeps an acquire+release from waking
+	// the scheduler goroutine twice.
+	wakeAt time.Time
 
 	work    chan []*Lock
 	results chan roundResult
@@ -87,18 +92,21 @@ func (l *Lock) nextEvent() time.Time {
 func (w *watchdog) add(l *Lock) {
 	w.mu.Lock()
 	heap.Push(&w.h, l)
+	early := l.nextEvent().Before(w.wakeAt)
 	w.mu.Unlock()
-	w.poke()
+	if early {
+		w.poke()
+	}
 }
 
 // remove unschedules l: no renewal is sent for it after remove returns.
+// The scheduler is not woken: at worst its timer fires once for nothing.
 func (w *watchdog) remove(l *Lock) {
 	w.mu.Lock()
 	if l.idx >= 0 {
 		heap.Remove(&w.h, l.idx)
 	}
 	w.mu.Unlock()
-	w.poke()
 }
 
 // refreshed records a successful Refresh of a fixed-lease lock; false when
@@ -125,7 +133,6 @@ func (w *watchdog) lose(l *Lock, cause error, now time.Time) {
 	}
 	w.mu.Unlock()
 	if scheduled {
-		w.poke()
 		w.signalLoss(l, cause, now)
 	}
 }
@@ -192,10 +199,11 @@ func (w *watchdog) schedule() {
 				pending = append(pending, l)
 			}
 		}
-		wait := time.Hour
+		w.wakeAt = now.Add(time.Hour)
 		if len(w.h) > 0 {
-			wait = time.Until(w.h[0].nextEvent())
+			w.wakeAt = w.h[0].nextEvent()
 		}
+		wait := time.Until(w.wakeAt)
 		w.mu.Unlock()
 		for _, x := range lost {
 			w.signalLoss(x.l, x.cause, now)
