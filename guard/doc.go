@@ -11,15 +11,27 @@
 //
 // In one transaction, Exec
 //
-//  1. claims the fence for lease.Name(): accepted if the stored token is
-//     lower (the new one is stored) or equal with the same holder;
-//     otherwise [ErrStaleToken];
-//  2. with [WithKey], records the key; if it was recorded before, fn does
-//     not run and Exec returns [ErrAlreadyApplied];
-//  3. runs fn; an error, a panic or a cancelled ctx rolls back;
-//  4. commits.
+//  1. checks the lease at begin, without locking anything: if the store
+//     has seen a higher token for lease.Name(), or the same token from
+//     another holder, fn does not run and Exec returns a
+//     [*StaleTokenError] ([ErrStaleToken]); with [WithKey], if the key was
+//     applied before, fn does not run and Exec returns [ErrAlreadyApplied];
+//  2. runs fn; an error, a panic or a cancelled ctx rolls back;
+//  3. claims the fence and commits, together: the claim is accepted if the
+//     stored token is lower (the new one is stored) or equal with the same
+//     holder, and records the key; otherwise nothing is committed and Exec
+//     returns [ErrStaleToken] or [ErrAlreadyApplied].
+//
+// Claiming at commit rather than at begin is what keeps a frozen holder
+// (SIGSTOP, GC pause, VM freeze in the middle of fn) from holding up the
+// next one: the store locks its fence only while a commit runs. The
+// invariant is the same either way: every commit checks its token under
+// the fence's lock in the committing transaction, so the tokens of
+// committed transactions never decrease in commit order.
 //
 // If the lease has a Done() <-chan struct{} method (a *fence.Lock has) and
-// it is closed, Exec neither starts nor commits ([ErrLeaseLost]). That is a
-// fast path only: the store's check is the guarantee.
+// it is closed, Exec neither starts nor commits ([ErrLeaseLost]), and fn's
+// context is cancelled. That is a fast path only: the store's check is the
+// guarantee. Once the commit is sent, a lease lost meanwhile does not
+// interrupt it (that would make its outcome unknown); the store decides.
 package guard

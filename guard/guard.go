@@ -17,8 +17,8 @@ type Lease interface {
 	Holder() string
 }
 
-// Claim is what a store is asked to check and record at the start of a
-// transaction.
+// Claim is what a store is asked to check when a transaction starts and to
+// record when it commits.
 type Claim struct {
 	// Resource is the lease's name: one fence per resource.
 	Resource string
@@ -32,10 +32,14 @@ type Claim struct {
 }
 
 // Store is a transactional store that can check fencing tokens. Begin
-// starts a transaction, claims the fence for c.Resource in it and, if c.Key
-// is set, records the key, and returns the open transaction. It returns an
-// error wrapping ErrStaleToken (a *StaleTokenError) or ErrAlreadyApplied
-// when the claim or the key is refused, with nothing left open.
+// starts a transaction and checks c without locking: it returns an error
+// wrapping ErrStaleToken (a *StaleTokenError) or ErrAlreadyApplied, with
+// nothing left open, when the store has already seen a higher token (or the
+// same token from another holder) for c.Resource, or has recorded c.Key.
+// The returned transaction's Commit claims the fence and records the key,
+// under the fence's lock, and commits only if the claim is accepted: the
+// check at Begin lets a stale holder fail before it writes, the claim at
+// Commit is the guarantee.
 //
 // *pgfence.Store implements Store[pgx.Tx].
 type Store[Tx any] interface {
@@ -49,12 +53,16 @@ type ErrorMapper interface {
 	MapError(err error) error
 }
 
-// Txn is an open, claimed transaction of a Store.
+// Txn is an open, checked transaction of a Store.
 type Txn[Tx any] interface {
-	// Tx is the handle fn writes through.
+	// Tx is the handle fn writes through. It must not be used after
+	// Commit or Rollback.
 	Tx() Tx
-	// Commit commits. An error means nothing was committed unless the
-	// store says otherwise (a lost connection during COMMIT is ambiguous).
+	// Commit claims the fence (and records the key) and commits; a
+	// refused claim is an error wrapping ErrStaleToken or
+	// ErrAlreadyApplied, with nothing committed. Any error means nothing
+	// was committed, except a connection lost (or ctx ended) while the
+	// commit was in flight: then the outcome is unknown.
 	Commit(ctx context.Context) error
 	// Rollback rolls back; it is safe to call after Commit and twice.
 	Rollback(ctx context.Context) error
@@ -88,14 +96,19 @@ type contexter interface {
 //
 // ctx bounds the whole call. If the lease has a Done channel, fn's context
 // is also cancelled when the lease is lost, so that a lost holder stops
-// writing early; the store's check stays the guarantee.
+// writing early; the store's check stays the guarantee. The commit runs
+// with ctx itself, not with the lease's context: once it is sent, the
+// store decides, and losing the lease meanwhile does not turn a commit
+// into an unknown outcome.
 //
 // Errors: ErrInvalidLease, ErrInvalidOption, ErrNilStore, ErrNilFunc for bad
 // input
 // (nothing is written); ErrLeaseLost; a *StaleTokenError (ErrStaleToken);
 // ErrAlreadyApplied; fn's own error; or the store's error. In every error
-// case nothing of the transaction is committed. A panic in fn rolls back
-// and is re-raised.
+// case nothing of the transaction is committed, with one exception no
+// client can avoid: if the connection is lost, or ctx ends, while the
+// commit is in flight, the outcome is unknown (use WithKey, and a retry
+// tells: ErrAlreadyApplied). A panic in fn rolls back and is re-raised.
 func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx context.Context, tx Tx) error, opts ...Option) (res Result, err error) {
 	if store == nil {
 		return Result{}, ErrNilStore
@@ -124,7 +137,9 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 		return Result{}, err
 	}
 
-	// fn's context ends with ctx or with the lease, whichever first.
+	// fn's context ends with ctx or with the lease, whichever first. The
+	// commit runs with the caller's ctx (parent), see below.
+	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	switch l := lease.(type) {
@@ -161,13 +176,20 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 		}
 		return Result{}, withLeaseCause(ctx, err)
 	}
+	// Last fast-path check: a lease known to be lost does not commit.
 	if err := leaseLost(lease); err != nil {
 		return Result{}, err
 	}
 	if err := context.Cause(ctx); err != nil {
 		return Result{}, withLeaseCause(ctx, err)
 	}
-	if err := txn.Commit(ctx); err != nil {
+	// From here the store decides. The commit must not be interrupted by
+	// the lease's loss: cancelling a COMMIT in flight cuts the connection,
+	// the server may commit anyway, and Exec would report a failure for a
+	// committed transaction. A holder that lost its lease while the commit
+	// is on its way is rejected by the store's claim if another holder has
+	// claimed since, and commits otherwise (no newer holder has written).
+	if err := txn.Commit(parent); err != nil {
 		return Result{}, withLeaseCause(ctx, err)
 	}
 	committed = true

@@ -1,5 +1,11 @@
 -- fencelock schema: fencing tokens, applied idempotency keys, resumable
--- runs, the claim function and the table-protection trigger function.
+-- runs, the precheck and claim functions and the table-protection trigger
+-- function.
+--
+-- A guarded transaction (pgfence) runs precheck in the round trip that
+-- opens it (no lock: a stale holder or an applied key fails before fn
+-- writes) and claim in the round trip that commits it (the fence row lock
+-- is held only while the commit runs). Raw SQL writers call claim first.
 --
 -- SQLSTATEs raised here (class FL is not used by Postgres):
 --   FL001  stale token: a higher token (or the same token with another
@@ -10,7 +16,7 @@
 --   FL003  idempotency key already applied. DETAIL is JSON
 --          {"resource": ..., "key": ..., "token": <token that applied it>}.
 --   FL004  resumable run already finished. DETAIL is JSON
---          {"resource": ..., "run_key": ..., "token": ...}.
+--          {"resource": ..., "run_key": ...[, "token": ...]}.
 --   22023  invalid argument (empty resource, token <= 0, empty holder, ...).
 --
 -- The functions name every object with its schema and are not SECURITY
@@ -58,15 +64,71 @@ CREATE TABLE fencelock.runs (
 
 CREATE INDEX runs_finished_updated_at_idx ON fencelock.runs (updated_at) WHERE finished;
 
+-- precheck is the non-locking check at the start of a guarded transaction:
+-- it raises FL001 (same DETAIL as claim) when the stored token for
+-- p_resource is higher than p_token, or equal with another holder, and
+-- FL003 when p_key is already applied, so that a stale holder or a repeated
+-- batch fails before it writes anything. It locks nothing and stores
+-- nothing: the token is claimed at commit (claim, in the round trip that
+-- carries COMMIT), so a holder that is paused in the middle of its
+-- transaction holds up no one. It records the claim-to-be in the
+-- transaction-local settings that the protect trigger reads. Returns the
+-- stored token (0 when the resource is new).
+-- +goose StatementBegin
+CREATE FUNCTION fencelock.precheck(p_resource text, p_token bigint, p_holder text, p_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    cur        bigint;
+    cur_holder text;
+    prev       bigint;
+BEGIN
+    PERFORM fencelock.check_args('precheck', p_resource, p_token, p_holder);
+    SELECT f.token, f.holder INTO cur, cur_holder
+      FROM fencelock.fence f WHERE f.resource = p_resource;
+    IF NOT FOUND THEN
+        cur := 0;
+    ELSIF cur > p_token OR (cur = p_token AND cur_holder <> p_holder) THEN
+        PERFORM fencelock.raise_stale(p_resource, p_token, cur, cur_holder);
+    END IF;
+    IF p_key IS NOT NULL THEN
+        IF p_key = '' THEN
+            RAISE EXCEPTION 'fencelock: precheck: empty idempotency key' USING ERRCODE = '22023';
+        END IF;
+        SELECT a.token INTO prev FROM fencelock.applied a WHERE a.resource = p_resource AND a.key = p_key;
+        IF FOUND THEN
+            PERFORM fencelock.raise_applied(p_resource, p_key, prev);
+        END IF;
+    END IF;
+    PERFORM set_config('fencelock.resource', p_resource, true),
+            set_config('fencelock.token', p_token::text, true),
+            set_config('fencelock.holder', p_holder, true);
+    RETURN cur;
+END;
+$$;
+-- +goose StatementEnd
+
 -- claim accepts p_token for p_resource if it is higher than the stored one
 -- (and stores it) or equal to it with the same holder; otherwise it raises
--- FL001. With p_key it then records that idempotency key (see apply_key):
--- one statement instead of two in the round trip that opens a guarded
--- transaction. It locks only the fence row, until the end of the transaction, so
--- a later claim with a higher token waits for this transaction to end:
--- committed tokens per resource never decrease. It records the claim in
--- transaction-local settings that the protect trigger checks. Returns the
--- previously stored token (0 when the resource was new).
+-- FL001. With p_key it then records that idempotency key (see apply_key).
+-- guard.Exec calls it in the round trip that commits; raw SQL writers call
+-- it first in their transaction.
+--
+-- The invariant it keeps: committed tokens per resource never decrease in
+-- commit order. It checks the token under a lock on the fence row that
+-- lasts until the transaction ends: FOR UPDATE when it stores a new token,
+-- FOR SHARE when the token is already the stored one (a re-claim, e.g. after
+-- Advance, or by the protect trigger earlier in the transaction). A newer
+-- claim must update the row, so it waits for every transaction that holds
+-- either lock and commits after them; a transaction whose check comes after
+-- a newer claim sees the newer token and is refused. Taking the share lock
+-- only after a plain read said the token is ours keeps two transactions of
+-- one holder from deadlocking on a share-to-update upgrade.
+--
+-- It records the claim in the transaction-local settings that the protect
+-- trigger checks. Returns the previously stored token (0 when the resource
+-- was new).
 -- +goose StatementBegin
 CREATE FUNCTION fencelock.claim(p_resource text, p_token bigint, p_holder text, p_key text DEFAULT NULL)
 RETURNS bigint
@@ -76,30 +138,31 @@ DECLARE
     cur        bigint;
     cur_holder text;
 BEGIN
-    IF p_resource IS NULL OR p_resource = '' THEN
-        RAISE EXCEPTION 'fencelock: claim: empty resource name' USING ERRCODE = '22023';
-    END IF;
-    IF p_token IS NULL OR p_token <= 0 THEN
-        RAISE EXCEPTION 'fencelock: claim: token must be > 0, got %', coalesce(p_token::text, 'NULL') USING ERRCODE = '22023';
-    END IF;
-    IF p_holder IS NULL OR p_holder = '' THEN
-        RAISE EXCEPTION 'fencelock: claim: empty holder' USING ERRCODE = '22023';
-    END IF;
+    PERFORM fencelock.check_args('claim', p_resource, p_token, p_holder);
 
-    -- Under READ COMMITTED each statement sees the latest committed row;
-    -- FOR UPDATE waits for a concurrent claimer and then re-reads.
     SELECT f.token, f.holder INTO cur, cur_holder
-      FROM fencelock.fence f WHERE f.resource = p_resource FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO fencelock.fence (resource, token, holder)
-        VALUES (p_resource, p_token, p_holder)
-        ON CONFLICT (resource) DO NOTHING;
-        IF FOUND THEN
-            cur := 0;
-        ELSE
-            -- A concurrent first claim won the insert: compare with it.
-            SELECT f.token, f.holder INTO cur, cur_holder
-              FROM fencelock.fence f WHERE f.resource = p_resource FOR UPDATE;
+      FROM fencelock.fence f WHERE f.resource = p_resource;
+    IF FOUND AND cur = p_token AND cur_holder = p_holder THEN
+        -- Already ours: a share lock keeps a newer claim out until we end.
+        -- Under READ COMMITTED it waits for a concurrent updater and
+        -- returns the latest row, which is checked again below.
+        SELECT f.token, f.holder INTO cur, cur_holder
+          FROM fencelock.fence f WHERE f.resource = p_resource FOR SHARE;
+    ELSE
+        -- FOR UPDATE waits for a concurrent claimer and then re-reads.
+        SELECT f.token, f.holder INTO cur, cur_holder
+          FROM fencelock.fence f WHERE f.resource = p_resource FOR UPDATE;
+        IF NOT FOUND THEN
+            INSERT INTO fencelock.fence (resource, token, holder)
+            VALUES (p_resource, p_token, p_holder)
+            ON CONFLICT (resource) DO NOTHING;
+            IF FOUND THEN
+                cur := 0;
+            ELSE
+                -- A concurrent first claim won the insert: compare with it.
+                SELECT f.token, f.holder INTO cur, cur_holder
+                  FROM fencelock.fence f WHERE f.resource = p_resource FOR UPDATE;
+            END IF;
         END IF;
     END IF;
 
@@ -110,11 +173,7 @@ BEGIN
         ELSIF p_token = cur AND p_holder = cur_holder THEN
             NULL; -- re-claim by the current holder: the row lock is enough
         ELSE
-            RAISE EXCEPTION 'fencelock: stale token % for resource "%": the database has seen token % (holder "%")',
-                    p_token, p_resource, cur, cur_holder
-                USING ERRCODE = 'FL001',
-                      DETAIL = json_build_object('resource', p_resource, 'token', p_token, 'current', cur)::text,
-                      HINT = 'another holder took the lock after this one lost it; do not retry with this token';
+            PERFORM fencelock.raise_stale(p_resource, p_token, cur, cur_holder);
         END IF;
     END IF;
 
@@ -125,6 +184,57 @@ BEGIN
         PERFORM fencelock.apply_key(p_resource, p_key, p_token);
     END IF;
     RETURN cur;
+END;
+$$;
+-- +goose StatementEnd
+
+-- check_args raises 22023 for the arguments no claim accepts.
+-- +goose StatementBegin
+CREATE FUNCTION fencelock.check_args(p_fn text, p_resource text, p_token bigint, p_holder text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_resource IS NULL OR p_resource = '' THEN
+        RAISE EXCEPTION 'fencelock: %: empty resource name', p_fn USING ERRCODE = '22023';
+    END IF;
+    IF p_token IS NULL OR p_token <= 0 THEN
+        RAISE EXCEPTION 'fencelock: %: token must be > 0, got %', p_fn, coalesce(p_token::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF p_holder IS NULL OR p_holder = '' THEN
+        RAISE EXCEPTION 'fencelock: %: empty holder', p_fn USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+-- +goose StatementEnd
+
+-- raise_stale raises FL001, the one stale-token error of every function
+-- here (pgfence maps it to *guard.StaleTokenError by its DETAIL).
+-- +goose StatementBegin
+CREATE FUNCTION fencelock.raise_stale(p_resource text, p_token bigint, p_cur bigint, p_cur_holder text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RAISE EXCEPTION 'fencelock: stale token % for resource "%": the database has seen token % (holder "%")',
+            p_token, p_resource, p_cur, coalesce(p_cur_holder, '')
+        USING ERRCODE = 'FL001',
+              DETAIL = json_build_object('resource', p_resource, 'token', p_token, 'current', p_cur)::text,
+              HINT = 'another holder took the lock after this one lost it; do not retry with this token';
+END;
+$$;
+-- +goose StatementEnd
+
+-- raise_applied raises FL003 for a key applied by token p_by.
+-- +goose StatementBegin
+CREATE FUNCTION fencelock.raise_applied(p_resource text, p_key text, p_by bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RAISE EXCEPTION 'fencelock: key "%" for resource "%" was already applied (by token %)', p_key, p_resource, p_by
+        USING ERRCODE = 'FL003',
+              DETAIL = json_build_object('resource', p_resource, 'key', p_key, 'token', p_by)::text;
 END;
 $$;
 -- +goose StatementEnd
@@ -147,9 +257,7 @@ BEGIN
     ON CONFLICT (resource, key) DO NOTHING;
     IF NOT FOUND THEN
         SELECT a.token INTO prev FROM fencelock.applied a WHERE a.resource = p_resource AND a.key = p_key;
-        RAISE EXCEPTION 'fencelock: key "%" for resource "%" was already applied (by token %)', p_key, p_resource, prev
-            USING ERRCODE = 'FL003',
-                  DETAIL = json_build_object('resource', p_resource, 'key', p_key, 'token', prev)::text;
+        PERFORM fencelock.raise_applied(p_resource, p_key, prev);
     END IF;
 END;
 $$;
@@ -202,22 +310,49 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- run_check raises FL004 when the run is finished: the non-locking check at
+-- the start of a step (run_step checks again at commit), so that a step of a
+-- finished run does not run its writes at all.
+-- +goose StatementBegin
+CREATE FUNCTION fencelock.run_check(p_resource text, p_run_key text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_run_key IS NULL OR p_run_key = '' THEN
+        RAISE EXCEPTION 'fencelock: run_check: empty run key' USING ERRCODE = '22023';
+    END IF;
+    PERFORM 1 FROM fencelock.runs r WHERE r.resource = p_resource AND r.run_key = p_run_key AND r.finished;
+    IF FOUND THEN
+        RAISE EXCEPTION 'fencelock: run "%" of resource "%" is finished', p_run_key, p_resource
+            USING ERRCODE = 'FL004',
+                  DETAIL = json_build_object('resource', p_resource, 'run_key', p_run_key)::text;
+    END IF;
+END;
+$$;
+-- +goose StatementEnd
+
 -- protect_guard is the statement trigger installed by pgfence.Protect: a
--- write is accepted only when its transaction has claimed a fence (see
--- claim) whose token and holder are still the stored ones. FOR SHARE keeps
--- a higher claim from committing in between. With a trigger argument the
--- claim must be for that resource.
+-- write is accepted only when its transaction has checked or claimed a
+-- fence (precheck or claim set the settings) whose token is still current.
+-- It runs claim for that token, so the check happens under a lock on the
+-- fence row that lasts until commit: FOR SHARE when the token is already
+-- stored (a raw writer that claimed first, a holder that ran Advance), FOR
+-- UPDATE when it stores it (a guarded transaction whose claim was due at
+-- commit). Either keeps a newer claim from committing in between, so even a
+-- writer that only ran precheck commits in token order. The price: a holder
+-- frozen after writing to a protected table delays the next claim until its
+-- transaction ends (pgfence's WithIdleTimeout and WithLockTimeout bound
+-- that). With a trigger argument the claim must be for that resource.
 -- +goose StatementBegin
 CREATE FUNCTION fencelock.protect_guard()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    r          text := current_setting('fencelock.resource', true);
-    t          text := current_setting('fencelock.token', true);
-    h          text := current_setting('fencelock.holder', true);
-    cur        bigint;
-    cur_holder text;
+    r text := current_setting('fencelock.resource', true);
+    t text := current_setting('fencelock.token', true);
+    h text := current_setting('fencelock.holder', true);
 BEGIN
     -- After a claiming transaction ends the settings read as '' for the
     -- rest of the session, not NULL.
@@ -231,13 +366,7 @@ BEGIN
                 TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, r, TG_ARGV[0]
             USING ERRCODE = 'FL002';
     END IF;
-    SELECT f.token, f.holder INTO cur, cur_holder
-      FROM fencelock.fence f WHERE f.resource = r FOR SHARE;
-    IF NOT FOUND OR cur <> t::bigint OR cur_holder <> h THEN
-        RAISE EXCEPTION 'fencelock: stale token % for resource "%": the database has seen token %', t, r, coalesce(cur, 0)
-            USING ERRCODE = 'FL001',
-                  DETAIL = json_build_object('resource', r, 'token', t::bigint, 'current', coalesce(cur, 0))::text;
-    END IF;
+    PERFORM fencelock.claim(r, t::bigint, h);
     RETURN NULL;
 END;
 $$;

@@ -48,7 +48,7 @@ func objects(t *testing.T, db *sql.DB) (tables, functions, triggers int) {
 	return
 }
 
-var wantFunctions = []string{"apply_key", "claim", "protect_guard", "run_finish", "run_step"}
+var wantFunctions = []string{"apply_key", "check_args", "claim", "precheck", "protect_guard", "raise_applied", "raise_stale", "run_check", "run_finish", "run_step"}
 
 func functionNames(t *testing.T, db *sql.DB) []string {
 	t.Helper()
@@ -106,6 +106,11 @@ func TestUpDownUp(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT fencelock.claim('r', 5, 'a')`).Scan(&prev))
 	assert.EqualValues(t, 0, prev)
 	_, err = db.ExecContext(ctx, `SELECT fencelock.claim('r', 4, 'b')`)
+	require.ErrorContains(t, err, "FL001")
+	// precheck: the non-locking check guard.Exec runs at begin.
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT fencelock.precheck('r', 6, 'b')`).Scan(&prev))
+	assert.EqualValues(t, 5, prev)
+	_, err = db.ExecContext(ctx, `SELECT fencelock.precheck('r', 4, 'b')`)
 	require.ErrorContains(t, err, "FL001")
 	_, _, triggers := objects(t, db)
 	assert.Equal(t, 1, triggers)

@@ -137,10 +137,11 @@ func TestIncidentWriteBeforeNewHoldersFirstWrite(t *testing.T) {
 }
 
 // A is paused in the middle of its transaction (rows written, not
-// committed) past its lease. Its claim holds the fence row, so B's claim
-// waits: the two transactions cannot interleave. When A wakes up, its
-// lock has reported the loss, guard has cancelled the transaction's
-// context, and A's rows are rolled back; B then writes.
+// committed) past its lease. The fence is claimed only at commit, so A's
+// open transaction holds up no one: B takes the lock and commits the batch
+// while A is still paused. When A wakes up, its lock has reported the
+// loss, guard has cancelled the transaction's context, and A's rows are
+// rolled back.
 func TestIncidentPausedMidTransaction(t *testing.T) {
 	db := newDB(t)
 	stockTable(t, db.Pool)
@@ -152,6 +153,7 @@ func TestIncidentPausedMidTransaction(t *testing.T) {
 	// A longer lease here: A must get its rows written before it runs out.
 	la, err := workerA.Acquire(ctx, name, fence.WithFixedLease(time.Second))
 	require.NoError(t, err)
+	require.NoError(t, s.Advance(ctx, la))
 	wrote, resume := make(chan struct{}), make(chan struct{})
 	aDone := make(chan error, 1)
 	go func() {
@@ -176,30 +178,41 @@ func TestIncidentPausedMidTransaction(t *testing.T) {
 	defer lb.Release(context.Background())
 	bDone := make(chan error, 1)
 	go func() {
+		if err := s.Advance(ctx, lb); err != nil {
+			bDone <- err
+			return
+		}
 		_, err := guard.Exec(ctx, s, lb, insertStock("B", 3), guard.WithKey("batch-1"))
 		bDone <- err
 	}()
 
-	// B's claim waits for A's transaction, it does not interleave. (A
-	// short look: a pass here proves nothing, a failure proves a bug.)
+	// B commits while A is still paused (the bound only turns a hang into
+	// a failure).
 	select {
 	case err := <-bDone:
-		t.Fatalf("B committed while A's claimed transaction was open: %v", err)
-	case <-time.After(200 * time.Millisecond):
+		require.NoError(t, err)
+	case err := <-aDone:
+		t.Fatalf("A returned while paused: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("B waited for A's open transaction")
 	}
+	assert.EqualValues(t, 3, rowsBy(t, db.Pool, "B"))
 	close(resume)
 	err = <-aDone
 	require.ErrorIs(t, err, guard.ErrLeaseLost)
-	require.NoError(t, <-bDone)
 	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "A"))
 	assert.EqualValues(t, 3, rowsBy(t, db.Pool, "B"))
 }
 
 // A process frozen in the middle of its transaction cannot react to
-// anything; its lock cannot tell it. With WithIdleTimeout the database
-// ends the frozen transaction, so B does not wait for A to wake up, and A's
-// rows are never visible. With WithLockTimeout a waiting claim gives up
-// with ErrFenceBusy instead of waiting for the frozen one.
+// anything; its lock cannot tell it. A guarded write to an unprotected
+// table holds no fence lock until commit (TestFrozenHolderDoesNotBlockNext),
+// but a write to a table protected with Protect locks the fence row until
+// the transaction ends, so the next holder's claim waits for the frozen
+// one. With WithIdleTimeout the database ends the frozen transaction, so B
+// does not wait for A to wake up, and A's rows are never visible. With
+// WithLockTimeout a waiting claim gives up with ErrFenceBusy instead of
+// waiting for the frozen one.
 func TestIncidentFrozenMidTransaction(t *testing.T) {
 	db := newDB(t)
 	stockTable(t, db.Pool)
@@ -210,8 +223,11 @@ func TestIncidentFrozenMidTransaction(t *testing.T) {
 	sB := newStore(t, db.Pool, pgfence.WithLockTimeout(50*time.Millisecond))
 	sC := newStore(t, db.Pool)
 
+	require.NoError(t, sC.Protect(ctx, "stock", pgfence.ForResource(name)))
+
 	la, err := workerA.Acquire(ctx, name, fence.WithFixedLease(leaseA))
 	require.NoError(t, err)
+	require.NoError(t, sA.Advance(ctx, la))
 	wrote, resume := make(chan struct{}), make(chan struct{})
 	aDone := make(chan error, 1)
 	go func() {

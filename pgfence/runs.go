@@ -73,9 +73,12 @@ func (r *Run) Step(ctx context.Context, newCursor string, fn func(ctx context.Co
 	if fn == nil {
 		fn = func(context.Context, pgx.Tx) error { return nil }
 	}
-	extra := "SELECT fencelock.run_step(" + quoteLiteral(c.Resource) + "," + quoteLiteral(r.key) + "," +
+	// Checked at begin (a finished run does not run fn), moved at commit
+	// with the claim (run_step refuses a run finished in between).
+	check := "SELECT fencelock.run_check(" + quoteLiteral(c.Resource) + "," + quoteLiteral(r.key) + ")"
+	move := "SELECT fencelock.run_step(" + quoteLiteral(c.Resource) + "," + quoteLiteral(r.key) + "," +
 		strconv.FormatInt(c.Token, 10) + "," + quoteLiteral(newCursor) + ")"
-	_, err = guard.Exec(ctx, runStore{s: r.s, extra: extra}, r.lease, fn)
+	_, err = guard.Exec(ctx, runStore{s: r.s, atBegin: check, atCommit: move}, r.lease, fn)
 	return err
 }
 
@@ -87,21 +90,22 @@ func (r *Run) Finish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	extra := "SELECT fencelock.run_finish(" + quoteLiteral(c.Resource) + "," + quoteLiteral(r.key) + "," +
+	finish := "SELECT fencelock.run_finish(" + quoteLiteral(c.Resource) + "," + quoteLiteral(r.key) + "," +
 		strconv.FormatInt(c.Token, 10) + ")"
-	_, err = guard.Exec(ctx, runStore{s: r.s, extra: extra}, r.lease,
+	_, err = guard.Exec(ctx, runStore{s: r.s, atCommit: finish}, r.lease,
 		func(context.Context, pgx.Tx) error { return nil })
 	return err
 }
 
-// runStore is the Store with one more statement in the begin round trip.
+// runStore is the Store with one more statement in the begin round trip
+// and one more in the commit round trip.
 type runStore struct {
-	s     *Store
-	extra string
+	s                 *Store
+	atBegin, atCommit string
 }
 
 func (rs runStore) Begin(ctx context.Context, c guard.Claim) (guard.Txn[pgx.Tx], error) {
-	t, err := rs.s.begin(ctx, c, rs.extra)
+	t, err := rs.s.begin(ctx, c, rs.atBegin, rs.atCommit)
 	if err != nil {
 		return nil, err
 	}

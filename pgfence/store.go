@@ -17,8 +17,10 @@ import (
 
 // DB is what Store needs from Postgres. *pgxpool.Pool and *pgx.Conn satisfy
 // it (a *pgx.Conn must not be used by two goroutines at once, as always).
-// For those two the claim rides in the same round trip as BEGIN; any other
-// implementation gets a correct but slower path (BEGIN, then the claim).
+// For those two the check rides in the same round trip as BEGIN and the
+// claim in the same round trip as COMMIT; any other implementation gets a
+// correct but slower path (BEGIN, the check, ..., the claim, COMMIT: two
+// round trips more).
 type DB interface {
 	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
@@ -45,12 +47,14 @@ type Store struct {
 // Option configures a Store.
 type Option func(*Store) error
 
-// WithLockTimeout bounds how long a claim waits for the fence row while
-// another transaction holds it (for instance a previous holder paused in
-// the middle of its transaction): past d the claim fails with
-// ErrFenceBusy instead of waiting until that transaction ends. It is set
-// with SET LOCAL in the same round trip as BEGIN, so it also applies to the
-// writes of fn. d must be at least a millisecond. Default: no limit
+// WithLockTimeout bounds how long a guarded transaction waits for a lock:
+// the claim at commit waiting for the fence row (held only by commits in
+// flight, by Advance, and by transactions that wrote to a table protected
+// with Protect, such as a previous holder frozen after such a write), and
+// the writes of fn. Past d the wait fails, for the fence row with
+// ErrFenceBusy, instead of lasting until the other transaction ends; the
+// transaction is rolled back. It is set with SET LOCAL in the round trip
+// of BEGIN. d must be at least a millisecond. Default: no limit
 // (Postgres's lock_timeout setting applies).
 func WithLockTimeout(d time.Duration) Option {
 	return func(s *Store) error {
@@ -65,12 +69,15 @@ func WithLockTimeout(d time.Duration) Option {
 // WithIdleTimeout makes Postgres end a guarded transaction's session when
 // the transaction sits idle (no statement from the client) for longer than
 // d: set idle_in_transaction_session_timeout with SET LOCAL, in the same
-// round trip as BEGIN. A holder frozen in the middle of its transaction
-// (SIGSTOP, VM freeze, partition) holds the fence row, and every later
-// holder's claim waits for it; with this option the database rolls the
-// frozen transaction back after d and the next holder proceeds. Pick d
-// above the longest pause between two statements of a healthy fn, e.g. the
-// lock's lease. d must be at least a millisecond. Default: off.
+// round trip as BEGIN. A guarded transaction takes the fence row lock only
+// in its commit, so a holder frozen in the middle of it (SIGSTOP, VM
+// freeze, partition) blocks no one, except after writing to a table
+// protected with Protect: the protect trigger locks the fence row until
+// the transaction ends, and the next holder's claim waits for it. With
+// this option the database rolls such a frozen transaction back after d
+// (and frees its connection and row locks). Pick d above the longest pause
+// between two statements of a healthy fn, e.g. the lock's lease. d must be
+// at least a millisecond. Default: off.
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < time.Millisecond {
@@ -111,23 +118,36 @@ func New(db DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Begin implements guard.Store: it starts a READ COMMITTED transaction,
-// claims the fence for c.Resource and records c.Key, in one round trip.
-// Use it through guard.Exec.
+// Begin implements guard.Store: it starts a READ COMMITTED transaction and
+// checks the claim (fencelock.precheck: no lock, nothing stored) in one
+// round trip, so a stale token or an applied key fails before fn writes.
+// The returned transaction's Commit claims the fence (fencelock.claim) and
+// commits, in one round trip. Use it through guard.Exec.
 func (s *Store) Begin(ctx context.Context, c guard.Claim) (guard.Txn[pgx.Tx], error) {
-	t, err := s.begin(ctx, c, "")
+	t, err := s.begin(ctx, c, "", "")
 	if err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// begin opens a claimed transaction; extra is more SQL (already quoted) to
-// run in the same round trip, after the claim.
-func (s *Store) begin(ctx context.Context, c guard.Claim, extra string) (*txn, error) {
+// begin opens a checked transaction. atBegin is more SQL (already quoted)
+// for the begin round trip, after the precheck; atCommit is more SQL for
+// the commit round trip, after the claim and before COMMIT.
+//
+// Why the claim waits for the commit: claim locks the fence row until the
+// transaction ends. Taken at BEGIN, a holder frozen in the middle of its
+// transaction (SIGSTOP, GC, VM freeze) would keep every later holder
+// waiting, which is the failure this library exists for. Taken in the
+// round trip that carries COMMIT, the lock lasts only as long as the
+// commit, and the invariant holds all the same: every commit checks its
+// token under the fence row lock in the committing transaction, so
+// committed tokens per resource never decrease in commit order.
+func (s *Store) begin(ctx context.Context, c guard.Claim, atBegin, atCommit string) (*txn, error) {
 	if err := checkClaim(c); err != nil {
 		return nil, err
 	}
+	args := claimArgs(c)
 	var b strings.Builder
 	b.WriteString("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
 	if s.lockTimeout > 0 {
@@ -138,7 +158,23 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, extra string) (*txn, e
 		b.WriteString(";SET LOCAL idle_in_transaction_session_timeout = ")
 		b.WriteString(strconv.FormatInt(s.idleTimeout.Milliseconds(), 10))
 	}
-	b.WriteString(";SELECT fencelock.claim(")
+	b.WriteString(";SELECT fencelock.precheck(")
+	b.WriteString(args)
+	b.WriteByte(')')
+	if atBegin != "" {
+		b.WriteByte(';')
+		b.WriteString(atBegin)
+	}
+	claim := "SELECT fencelock.claim(" + args + ")"
+	if atCommit != "" {
+		claim += ";" + atCommit
+	}
+	return s.beginWith(ctx, b.String(), claim)
+}
+
+// claimArgs is the argument list of precheck and claim, as literals.
+func claimArgs(c guard.Claim) string {
+	var b strings.Builder
 	b.WriteString(quoteLiteral(c.Resource))
 	b.WriteByte(',')
 	b.WriteString(strconv.FormatInt(c.Token, 10))
@@ -148,60 +184,65 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, extra string) (*txn, e
 		b.WriteByte(',')
 		b.WriteString(quoteLiteral(c.Key))
 	}
-	b.WriteByte(')')
-	if extra != "" {
-		b.WriteByte(';')
-		b.WriteString(extra)
-	}
-	return s.beginWith(ctx, b.String())
+	return b.String()
 }
 
-// beginWith runs the multi-statement begin query. For a pool or a conn the
-// whole string is pgx's BeginQuery: one simple-protocol round trip that
-// opens the transaction and claims, so the claim costs no round trip over
-// a plain transaction. A refused claim leaves the transaction open and
-// aborted; it is rolled back here so the connection goes back clean.
-func (s *Store) beginWith(ctx context.Context, q string) (*txn, error) {
+// beginWith runs the multi-statement begin query q; claim is the SQL the
+// commit runs before COMMIT. For a pool or a conn, q is pgx's BeginQuery
+// (one simple-protocol round trip that opens the transaction and
+// prechecks) and the commit is one more (claim and COMMIT), so the fence
+// costs no round trip over a plain transaction. A refused precheck leaves
+// the transaction open and aborted; it is rolled back here so the
+// connection goes back clean.
+func (s *Store) beginWith(ctx context.Context, q, claim string) (*txn, error) {
 	switch db := s.db.(type) {
 	case *pgxpool.Pool:
 		pc, err := db.Acquire(ctx)
 		if err != nil {
 			return nil, mapError(err)
 		}
-		t, err := beginOnConn(ctx, pc.Conn(), q, pc.Release)
-		return t, err
+		return beginOnConn(ctx, pc.Conn(), q, claim, pc.Release)
 	case *pgx.Conn:
-		return beginOnConn(ctx, db, q, func() {})
+		return beginOnConn(ctx, db, q, claim, func() {})
 	default:
-		// Unknown DB: BEGIN, then the claim; two round trips.
+		// Unknown DB: BEGIN, then the precheck; at commit the claim, then
+		// COMMIT. Two round trips more, same semantics.
 		tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadWrite})
 		if err != nil {
 			return nil, mapError(err)
 		}
-		claim := q[strings.IndexByte(q, ';')+1:]
-		if _, err := tx.Exec(ctx, claim); err != nil {
+		check := q[strings.IndexByte(q, ';')+1:]
+		if _, err := tx.Exec(ctx, check); err != nil {
 			_ = rollback(ctx, tx)
 			return nil, mapError(err)
 		}
-		return &txn{tx: tx, release: func() {}}, nil
+		return &txn{tx: tx, claim: claim, release: func() {}}, nil
 	}
 }
 
-func beginOnConn(ctx context.Context, conn *pgx.Conn, q string, release func()) (*txn, error) {
+func beginOnConn(ctx context.Context, conn *pgx.Conn, q, claim string, release func()) (*txn, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: q})
 	if err != nil {
-		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
-				// The pool destroys a connection that is not idle.
-				_ = conn.PgConn().Close(rctx)
-			}
-			cancel()
-		}
+		rollbackConn(ctx, conn)
 		release()
 		return nil, mapError(err)
 	}
-	return &txn{tx: tx, release: release}, nil
+	return &txn{tx: tx, conn: conn, claim: claim, release: release}, nil
+}
+
+// rollbackConn ends whatever transaction is left open on conn after a
+// failed statement, so the connection goes back to the pool idle; if that
+// fails, it closes the connection (the pool drops a connection that is
+// closed or not idle).
+func rollbackConn(ctx context.Context, conn *pgx.Conn) {
+	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+		_ = conn.PgConn().Close(rctx)
+	}
 }
 
 // cleanupTimeout bounds a rollback that runs after the caller's context
@@ -214,29 +255,81 @@ func rollback(ctx context.Context, tx pgx.Tx) error {
 	return tx.Rollback(rctx)
 }
 
-// txn is an open, claimed transaction; it returns its connection to the
+// txn is an open, checked transaction; it returns its connection to the
 // pool once, after commit or rollback.
 type txn struct {
-	tx      pgx.Tx
+	tx pgx.Tx
+	// conn is the connection tx runs on, for the one-round-trip commit;
+	// nil for a DB other than a pool or a conn.
+	conn *pgx.Conn
+	// claim is the SQL that claims the fence (and moves a run's cursor)
+	// just before COMMIT.
+	claim string
+	// ended is set once Commit or Rollback has run: tx must not be used
+	// again, because Commit ends the transaction behind pgx's back.
+	ended   bool
 	release func()
 	once    sync.Once
 }
 
 func (t *txn) Tx() pgx.Tx { return t.tx }
 
+// Commit claims the fence and commits. On a pool or a conn both go in one
+// simple-protocol round trip: "SELECT fencelock.claim(...); COMMIT". If the
+// claim is refused, Postgres skips the rest of the string and the
+// transaction is left aborted; it is rolled back (one more round trip, on
+// this failure path only) and the refusal returned, mapped.
+//
+// The COMMIT goes through tx's connection, not through tx, so pgx's Tx
+// value still believes the transaction is open. It is never used again
+// (ended): it holds no resources of its own (no goroutine, no finalizer),
+// and the connection, idle after COMMIT, goes back to the pool.
 func (t *txn) Commit(ctx context.Context) error {
+	if t.ended {
+		return pgx.ErrTxClosed
+	}
+	t.ended = true
+	defer t.once.Do(t.release)
+	if t.conn == nil {
+		return t.commitGeneric(ctx)
+	}
+	tag, err := t.conn.Exec(ctx, t.claim+";COMMIT")
+	if err != nil {
+		// Refused (FL001, FL003, FL004, lock timeout...): the transaction
+		// is aborted, nothing was committed. Or ctx ended before the
+		// query went out: nothing was sent. Or the connection broke while
+		// the commit was in flight: pgconn has closed it, and whether the
+		// server committed is unknown.
+		rollbackConn(ctx, t.conn)
+		return mapError(err)
+	}
+	if tag.String() != "COMMIT" {
+		// "ROLLBACK": the transaction had failed before, nothing committed.
+		rollbackConn(ctx, t.conn)
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+func (t *txn) commitGeneric(ctx context.Context) error {
+	if _, err := t.tx.Exec(ctx, t.claim); err != nil {
+		_ = rollback(ctx, t.tx)
+		return mapError(err)
+	}
 	err := t.tx.Commit(ctx)
 	if err != nil {
 		// A failed COMMIT may leave the transaction open (e.g. ctx ended
-		// before it was sent); make sure it is gone before the connection
-		// goes back.
+		// before it was sent); make sure it is gone.
 		_ = rollback(ctx, t.tx)
 	}
-	t.once.Do(t.release)
 	return mapError(err)
 }
 
 func (t *txn) Rollback(ctx context.Context) error {
+	if t.ended {
+		return nil
+	}
+	t.ended = true
 	err := t.tx.Rollback(ctx)
 	t.once.Do(t.release)
 	if err == pgx.ErrTxClosed {
