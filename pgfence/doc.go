@@ -10,14 +10,30 @@
 //
 // # The transaction
 //
-// It is READ COMMITTED. Its BEGIN, the claim and the idempotency key (one
-// call of fencelock.claim) travel in one round trip, so a guarded write
-// costs no round trip over the same writes in a plain transaction. The
-// claim locks only the fence row of the resource, until the transaction
-// ends: a later holder's claim waits for it, so committed tokens per
-// resource never decrease. A holder frozen in the middle of its
-// transaction therefore holds up the next one; [WithIdleTimeout] lets the
-// database end such a transaction, [WithLockTimeout] bounds the wait.
+// It is READ COMMITTED, and it costs no round trip over the same writes
+// in a plain transaction:
+//
+//   - the BEGIN round trip also runs fencelock.precheck: it locks nothing
+//     and stores nothing, but a stale token ([guard.ErrStaleToken]), an
+//     applied key ([guard.ErrAlreadyApplied]) or a finished run
+//     ([ErrRunFinished]) fails there, before fn writes anything;
+//   - the COMMIT round trip runs fencelock.claim, then COMMIT: the claim
+//     locks the fence row of the resource, checks the token and stores it,
+//     records the key, and the transaction commits only if it was
+//     accepted. A refused claim rolls everything back.
+//
+// Because every commit takes the fence row lock and checks its token in
+// the committing transaction, committed tokens per resource never decrease
+// in commit order. And because the lock is held only while a commit runs,
+// a holder frozen in the middle of its transaction (SIGSTOP, GC pause, VM
+// freeze) holds up no one: the next holder's [Store.Advance] and writes go
+// through, and the frozen one's commit is refused when it wakes up.
+//
+// One exception: a write to a table protected with [Store.Protect] claims
+// right away (its trigger locks the fence row until the transaction ends),
+// so a holder frozen after such a write delays the next holder's claim
+// until its transaction ends. [WithIdleTimeout] lets the database end such
+// a transaction, [WithLockTimeout] bounds the wait.
 //
 // # Also here
 //
@@ -26,7 +42,9 @@
 //   - [Store.Protect] installs a trigger that fences every writer of a
 //     table, raw SQL and other languages included: they call
 //     SELECT fencelock.claim(resource, token, holder) first in the same
-//     transaction. [ForResource] binds the table to one lock name.
+//     transaction (a writer that only calls fencelock.precheck is fenced
+//     too: the trigger claims for it). [ForResource] binds the table to
+//     one lock name.
 //   - [Store.Run]: resumable runs, a long batch in fenced steps with a
 //     cursor.
 //   - [Store.Prune] deletes old idempotency keys and finished runs.

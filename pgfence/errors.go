@@ -28,9 +28,9 @@ var (
 	ErrSchemaMissing = errors.New("pgfence: fencelock schema not installed: run migrations.Up(ctx, db), or: " + MigrateCommand)
 
 	// ErrNotClaimed is returned when a write to a table protected with
-	// Protect comes from a transaction that has not claimed a fence
-	// (call fencelock.claim(resource, token, holder) first, or write through
-	// guard.Exec).
+	// Protect comes from a transaction that has neither claimed nor
+	// checked a fence (call fencelock.claim(resource, token, holder) first,
+	// or write through guard.Exec).
 	ErrNotClaimed = errors.New("pgfence: write to a protected table without a fence claim")
 
 	// ErrRunFinished is returned by Run.Step when the run was finished
@@ -39,9 +39,10 @@ var (
 	ErrRunFinished = fmt.Errorf("pgfence: run already finished: %w", guard.ErrAlreadyApplied)
 
 	// ErrFenceBusy is returned (with WithLockTimeout) when the fence row
-	// stayed locked by another open transaction, typically a previous
-	// holder paused in the middle of its transaction, longer than the lock
-	// timeout.
+	// stayed locked by another open transaction longer than the lock
+	// timeout: typically a previous holder paused after writing to a table
+	// protected with Protect (a guarded transaction otherwise locks the row
+	// only while it commits).
 	ErrFenceBusy = errors.New("pgfence: fence row locked by another transaction beyond the lock timeout")
 
 	// ErrBadTable is returned by Protect and Unprotect for a table name

@@ -24,6 +24,15 @@ const triggerName = "fencelock_protect"
 // ErrNotClaimed, one whose claim has since been overtaken by a newer token
 // with a *guard.StaleTokenError. Calling it again is harmless.
 //
+// The trigger checks the claim under a lock on the fence row that lasts
+// until the transaction ends (it claims the token itself when guard.Exec
+// has only checked it so far), so writes to a protected table commit in
+// token order whatever the writer does before COMMIT. The price: a holder
+// frozen after writing to a protected table delays the next holder's
+// claim until its transaction ends (see WithIdleTimeout and
+// WithLockTimeout). Writes to unprotected tables through guard.Exec lock
+// the fence row only while they commit.
+//
 // table is "name" or "schema.name", each part a plain identifier (letters,
 // digits, _ and $, not starting with a digit, at most 63 bytes), matched
 // exactly as written (it is quoted, so "Stock" is not "stock"). Anything

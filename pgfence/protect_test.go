@@ -3,6 +3,8 @@ package pgfence_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
@@ -170,4 +172,84 @@ func TestProtectTableNames(t *testing.T) {
 	require.NoError(t, s.Unprotect(ctx, "missing"), "nothing to remove")
 	// No trigger was created anywhere.
 	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM pg_trigger WHERE tgname = 'fencelock_protect'"))
+}
+
+// guard.Exec only checks the token at begin and claims at commit; on a
+// protected table the trigger claims at the first write instead, so a
+// first holder of a new resource writes, a writer that only ran precheck
+// has its token recorded (and a lower token is refused after it), and two
+// transactions of one holder write and commit side by side without
+// deadlocking on the fence row.
+func TestProtectWithCommitTimeClaim(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+	require.NoError(t, s.Protect(ctx, "stock"))
+
+	_, err := guard.Exec(ctx, s, lease{"new", 3, "a"}, insertStock("first", 1))
+	require.NoError(t, err, "first write ever for the resource")
+	assert.EqualValues(t, 3, storedToken(t, db.Pool, "new"))
+
+	require.NoError(t, rawTx(ctx, db.Pool, "SELECT fencelock.precheck('new', 5, 'b')", "INSERT INTO stock VALUES ('x', 1, 'precheck-only')"))
+	assert.EqualValues(t, 5, storedToken(t, db.Pool, "new"), "the trigger recorded the token")
+	_, err = guard.Exec(ctx, s, lease{"new", 4, "c"}, insertStock("late", 1))
+	require.ErrorIs(t, err, guard.ErrStaleToken)
+	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "late"))
+
+	// One holder, two transactions at once, both past their first write
+	// before either commits: the fence row is share-locked by both, and
+	// both commits re-claim under a share lock (no upgrade, no deadlock).
+	l := lease{"new", 6, "d"}
+	require.NoError(t, s.Advance(ctx, l))
+	both := make(chan struct{}, 2)
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "INSERT INTO stock VALUES ($1, 1, 'par')", string(rune('a'+i))); err != nil {
+					return err
+				}
+				both <- struct{}{}
+				for len(both) < 2 && ctx.Err() == nil {
+					runtime.Gosched()
+				}
+				return ctx.Err()
+			})
+			errs <- err
+		}()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	assert.EqualValues(t, 2, rowsBy(t, db.Pool, "par"))
+}
+
+// Unprotected tables: two transactions of one holder that reach their
+// commit together both commit (the commit-time claims take turns on the
+// fence row).
+func TestSameHolderConcurrentCommits(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+	l := lease{"r", 1, "a"}
+	var ready sync.WaitGroup
+	ready.Add(4)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
+				err := insertStock("par", 1)(ctx, tx)
+				ready.Done()
+				ready.Wait()
+				return err
+			})
+			errs <- err
+		}()
+	}
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
+	assert.EqualValues(t, 4, rowsBy(t, db.Pool, "par"))
+	assert.EqualValues(t, 1, storedToken(t, db.Pool, "r"))
 }
