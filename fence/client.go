@@ -262,7 +262,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config) (
 	}
 	// The holder and the value share the reply's string (no copies).
 	l := &Lock{c: c, name: name, keys: k, holder: rep.value[len(rep.value)-len(holder):], token: rep.token,
-		value: rep.value, fixed: cfg.fixed,
+		value: rep.value, valueArg: rep.value, keyArgs: call.keys[:1:1], leaseArg: cfg.leaseArg, fixed: cfg.fixed,
 		acquiredAt: start, lease: cfg.lease, renewAt: start.Add(cfg.lease / 3), idx: -1}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background()) // no goroutine: the parent never ends
 	l.setDeadlineFrom(start, cfg.lease)

@@ -19,7 +19,11 @@ type Lock struct {
 	// value is the lock key's value, '<token>:<holder>' (acquire.lua): the
 	// token first (digits only), so that a holder id may contain ':'.
 	value string
-	fixed bool
+	// Script arguments made once per lock rather than per renewal:
+	// keyArgs is {lock key}, valueArg is value boxed.
+	keyArgs  []string
+	valueArg any
+	fixed    bool
 
 	acquiredAt time.Time
 	ctx        context.Context
@@ -29,6 +33,7 @@ type Lock struct {
 
 	// Guarded by the watchdog's mutex.
 	lease     time.Duration
+	leaseArg  any // lease in ms, boxed once per lease
 	renewAt   time.Time
 	maxHoldAt time.Time // zero: no limit
 	inflight  bool      // a renewal is on its way
@@ -115,18 +120,16 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 func (l *Lock) releaseCall() scriptCall {
-	args := []any{l.value, l.keys.channel, "0"}
+	args := []any{l.valueArg, l.keys.channel, "0"}
 	if l.c.cluster {
 		args[2] = "1" // constants are boxed without an allocation
 	}
-	return scriptCall{keys: []string{l.keys.lock}, args: args}
+	return scriptCall{keys: l.keyArgs, args: args}
 }
 
-func (l *Lock) renewCall(lease time.Duration) scriptCall {
-	return scriptCall{
-		keys: []string{l.keys.lock},
-		args: []any{l.value, lease.Milliseconds()},
-	}
+// renewCall is the renewal of l for leaseArg, a lease in ms.
+func (l *Lock) renewCall(leaseArg any) scriptCall {
+	return scriptCall{keys: l.keyArgs, args: []any{l.valueArg, leaseArg}}
 }
 
 // Refresh extends a fixed-lease lock ([WithFixedLease]) to lease from now
@@ -148,7 +151,7 @@ func (l *Lock) Refresh(ctx context.Context, lease time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	call := l.renewCall(lease)
+	call := l.renewCall(lease.Milliseconds())
 	res, err := renewScript.Run(ctx, l.c.rdb, call.keys, call.args...).Int64()
 	if err != nil {
 		return fmt.Errorf("fence: refresh lock %q: %w", l.name, err)

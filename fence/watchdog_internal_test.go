@@ -26,6 +26,7 @@ func BenchmarkRenewRound(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		res := c.wd.round(append([]*Lock(nil), locks...))
