@@ -382,3 +382,53 @@ func TestMapErrorOfRawSQL(t *testing.T) {
 	assert.Equal(t, other, pgfence.MapError(other))
 	assert.True(t, strings.HasPrefix(se.Error(), "guard: "))
 }
+
+// The precheck at begin passes, and a newer holder claims (or finishes
+// the run, or applies the key) while fn runs: the claim in the commit
+// round trip refuses, nothing is committed, and the connection is left
+// idle and usable (a *pgx.Conn shows it directly).
+func TestCommitTimeRefusal(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	ctx := testCtx(t)
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	s := newStore(t, conn)
+	other := newStore(t, db.Pool)
+	a, b := lease{"r", 1, "a"}, lease{"r", 2, "b"}
+
+	meanwhile := func(f func() error) func(ctx context.Context, tx pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			if err := insertStock("A", 1)(ctx, tx); err != nil {
+				return err
+			}
+			return f()
+		}
+	}
+	// A key applied by another transaction of the same holder.
+	_, err = guard.Exec(ctx, s, a, meanwhile(func() error {
+		_, err := guard.Exec(ctx, other, a, insertStock("B", 1), guard.WithKey("k"))
+		return err
+	}), guard.WithKey("k"))
+	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+	assert.EqualValues(t, 'I', conn.PgConn().TxStatus())
+
+	// A run finished by another transaction.
+	err = s.Run(a, "run").Step(ctx, "1", meanwhile(func() error { return other.Run(a, "run").Finish(ctx) }))
+	require.ErrorIs(t, err, pgfence.ErrRunFinished)
+	assert.EqualValues(t, 'I', conn.PgConn().TxStatus())
+
+	// A newer holder.
+	_, err = guard.Exec(ctx, s, a, meanwhile(func() error { return other.Advance(ctx, b) }))
+	var se *guard.StaleTokenError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: 1, Current: 2}, *se)
+	assert.EqualValues(t, 'I', conn.PgConn().TxStatus())
+
+	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "A"), "nothing of any refused transaction")
+	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "B"))
+	_, err = guard.Exec(ctx, s, b, insertStock("C", 1))
+	require.NoError(t, err, "the connection is usable")
+	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "C"))
+}
