@@ -35,6 +35,13 @@
 // (fault to Lock.Context() cancellation) and takeover (fault to the next
 // holder's first committed write).
 //
-// `make chaos` runs cmd/chaos (200 trials plus the control);
-// `go test ./chaos` runs the short version, every fault kind once.
+// Half of the workers of `make chaos` hand guard.Exec a bare lease (name,
+// token, holder, no Done channel), so that the database's check alone must
+// stop their stale writes, as the design promises; the others pass the
+// *fence.Lock as applications do ([Config.BareLeases]).
+//
+// `make chaos` runs cmd/chaos (a guard-off control, then 200 trials);
+// `go test ./chaos` runs the short version, every fault kind once, with
+// *fence.Lock leases only. finding_test.go (build tag chaosfinding) holds
+// deterministic reproductions of what the suite found.
 package chaos
