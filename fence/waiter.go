@@ -23,6 +23,13 @@ const (
 	// noExpiryWait is the retry period when the lock has no expiry (set by
 	// hand); release messages still wake the waiter at once.
 	noExpiryWait = time.Second
+	// subLinger is how long a channel stays subscribed after its last
+	// waiter left: a name that is contended again soon (a lock passed
+	// between two processes) then costs no SUBSCRIBE round trip and no
+	// UNSUBSCRIBE on the way out of Acquire. Idle channels are dropped when
+	// another waiter leaves or when the connection is idle for pingEvery,
+	// so one lingers between subLinger and about pingEvery.
+	subLinger = time.Second
 )
 
 // waiter multiplexes the release notifications of every lock name a client
@@ -57,7 +64,10 @@ type waiter struct {
 	// has not arrived: after a quick unsubscribe and subscribe, the old
 	// confirmation must not pass for the new one.
 	unconfirmed map[string]int
-	wg          sync.WaitGroup
+	// idle lists channels in the order their queue emptied (entries may
+	// be stale: a channel used again, or emptied again later).
+	idle []idleChannel
+	wg   sync.WaitGroup
 }
 
 type psGroup struct {
@@ -70,6 +80,7 @@ type channelSub struct {
 	confirmed chan struct{} // closed on the server's confirmation
 	isConf    bool
 	queue     []*subscription // by arrival; queue[0] is woken by a message
+	idleSince time.Time       // when the queue emptied; zero while in use
 }
 
 // subscription is one waiter's interest in a channel.
@@ -125,6 +136,7 @@ func (m *waiter) subscribe(ctx context.Context, channel string) (s *subscription
 		m.subs[channel] = cs
 	}
 	s = &subscription{m: m, ch: channel, wake: make(chan struct{}, 1)}
+	cs.idleSince = time.Time{}
 	behind = cs.isConf && len(cs.queue) > 0
 	cs.queue = append(cs.queue, s)
 	confirmed := cs.confirmed
@@ -198,15 +210,49 @@ func (s *subscription) close(acquired bool) {
 	if m.closed {
 		return
 	}
-	delete(m.subs, s.ch)
-	// Unsubscribing under m.mu keeps UNSUBSCRIBE ordered before a later
-	// SUBSCRIBE of the same channel on the same connection.
-	ctx, cancel := context.WithTimeout(m.ctx, time.Second)
-	defer cancel()
-	if cs.group.sharded {
-		_ = cs.group.ps.SUnsubscribe(ctx, s.ch)
-	} else {
-		_ = cs.group.ps.Unsubscribe(ctx, s.ch)
+	now := time.Now()
+	m.sweepLocked(now)
+	cs.idleSince = now
+	m.idle = append(m.idle, idleChannel{s.ch, now})
+}
+
+type idleChannel struct {
+	ch string
+	at time.Time
+}
+
+// sweepLocked unsubscribes the channels idle for subLinger or longer.
+// Called with m.mu held: that keeps an UNSUBSCRIBE ordered before a later
+// SUBSCRIBE of the same channel on the same connection.
+func (m *waiter) sweepLocked(now time.Time) {
+	i := 0
+	for ; i < len(m.idle); i++ {
+		e := m.idle[i]
+		cs := m.subs[e.ch]
+		if cs == nil || !cs.idleSince.Equal(e.at) {
+			continue // used again since (a later entry, if idle again)
+		}
+		if now.Sub(e.at) < subLinger {
+			break // the later entries are newer
+		}
+		delete(m.subs, e.ch)
+		ctx, cancel := context.WithTimeout(m.ctx, time.Second)
+		if cs.group.sharded {
+			_ = cs.group.ps.SUnsubscribe(ctx, e.ch)
+		} else {
+			_ = cs.group.ps.Unsubscribe(ctx, e.ch)
+		}
+		cancel()
+	}
+	m.idle = slices.Delete(m.idle, 0, i)
+}
+
+// sweep is sweepLocked for the reader, when its connection is idle.
+func (m *waiter) sweep() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.closed {
+		m.sweepLocked(time.Now())
 	}
 }
 
@@ -222,6 +268,7 @@ func (m *waiter) read(g *psGroup) {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				m.sweep()
 				_ = g.ps.Ping(m.ctx)
 				continue
 			}

@@ -2,6 +2,8 @@ package fence_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -212,4 +214,66 @@ func TestWaiterWokenWhenLocalLockLost(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("waiter not woken after the client's own lock was lost")
 	}
+}
+
+// waitOnce makes waiters wait for name while holder holds it, then
+// releases it; the waiter gets it and releases it too.
+func waitOnce(t *testing.T, ctx context.Context, r *testenv.Redis, holder, waiters *fence.Client, name string) {
+	t.Helper()
+	held, err := holder.Acquire(ctx, name)
+	require.NoError(t, err)
+	got := make(chan *fence.Lock, 1)
+	go func() {
+		l, err := waiters.Acquire(ctx, name)
+		assert.NoError(t, err)
+		got <- l
+	}()
+	ch := lockKey(r, name) + ":ch"
+	require.Eventually(t, func() bool {
+		n, err := r.Client().PubSubNumSub(ctx, ch).Result()
+		return err == nil && n[ch] == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // let the waiter's attempt find it held
+	require.NoError(t, held.Release(ctx))
+	l := <-got
+	require.NotNil(t, l)
+	require.NoError(t, l.Release(ctx))
+}
+
+func subscribeCalls(t *testing.T, r *testenv.Redis) int64 {
+	t.Helper()
+	s, err := r.Client().Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(s, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_subscribe:calls="); ok {
+			n, _, _ := strings.Cut(rest, ",")
+			v, err := strconv.ParseInt(n, 10, 64)
+			require.NoError(t, err)
+			return v
+		}
+	}
+	return 0
+}
+
+// A channel stays subscribed a while after its last waiter left, so that
+// a name contended again soon costs no new SUBSCRIBE; once idle past the
+// linger it is unsubscribed (here when another waiter leaves).
+func TestWaiterSubscriptionLingers(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	ctx := ctxT(t, 30*time.Second)
+	holder := newClient(t, r, nil)
+	waiters := newClient(t, r, nil)
+
+	before := subscribeCalls(t, r)
+	waitOnce(t, ctx, r, holder, waiters, "linger")
+	waitOnce(t, ctx, r, holder, waiters, "linger")
+	assert.Equal(t, int64(1), subscribeCalls(t, r)-before, "the second wait reused the subscription")
+
+	time.Sleep(1500 * time.Millisecond) // past the linger
+	waitOnce(t, ctx, r, holder, waiters, "other")
+	ch := lockKey(r, "linger") + ":ch"
+	require.Eventually(t, func() bool {
+		n, err := r.Client().PubSubNumSub(ctx, ch).Result()
+		return err == nil && n[ch] == 0
+	}, 10*time.Second, 10*time.Millisecond, "the idle channel is unsubscribed")
 }
