@@ -190,6 +190,11 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	// is on its way is rejected by the store's claim if another holder has
 	// claimed since, and commits otherwise (no newer holder has written).
 	if err := txn.Commit(parent); err != nil {
+		// The lease may have been lost while the commit ran (it did not
+		// cancel it): say so, the caller's next step depends on it.
+		if lerr := leaseLost(lease); lerr != nil && !errors.Is(err, ErrLeaseLost) {
+			return Result{}, errors.Join(lerr, err)
+		}
 		return Result{}, withLeaseCause(ctx, err)
 	}
 	committed = true

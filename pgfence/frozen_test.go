@@ -217,4 +217,28 @@ func TestLeaseLostWhileCommitInFlight(t *testing.T) {
 	// Nobody else claimed: a commit under way when the lease was lost
 	// goes through (the database saw no newer token), and that happened.
 	assert.Positive(t, lostDuringCommit, "no trial lost the lease while the commit was in flight; the test proved nothing")
+
+	// A newer holder claimed while fn ran, and the lease is lost while the
+	// commit is in flight: the claim refuses, nothing is visible, and the
+	// error says both (stale, and the lease was lost by the time Exec
+	// returned).
+	lctx, lose := context.WithCancelCause(context.Background())
+	defer lose(nil)
+	old := ctxLease{lease{"r", 10, "old"}, lctx}
+	_, err = guard.Exec(ctx, s, old, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO stock (sku, qty, writer) VALUES ('x', 1, 'old')"); err != nil {
+			return err
+		}
+		if err := newStore(t, db.Pool).Advance(ctx, lease{"r", 11, "new"}); err != nil {
+			return err
+		}
+		time.AfterFunc(oneWay/2, func() { lose(errLeaseGone) })
+		return nil
+	})
+	var se *guard.StaleTokenError
+	require.ErrorAs(t, err, &se)
+	assert.EqualValues(t, 11, se.Current)
+	require.ErrorIs(t, err, guard.ErrLeaseLost)
+	require.ErrorIs(t, err, errLeaseGone)
+	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "old"))
 }
