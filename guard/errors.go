@@ -20,7 +20,9 @@ var (
 	// ErrLeaseLost is returned by Exec when the lease reports that it is
 	// lost (its Done channel is closed) before the transaction starts or
 	// before it commits; the transaction is rolled back. It is joined with
-	// the lease's Err() when the lease has one.
+	// the lease's Err() when the lease has one. A commit already sent is
+	// not interrupted by the loss; if it fails anyway (e.g. the store
+	// refused the claim), ErrLeaseLost is joined with the store's error.
 	ErrLeaseLost = errors.New("guard: lease lost")
 
 	// ErrInvalidLease is returned by Exec for a nil lease, an empty name,
