@@ -66,6 +66,14 @@ func TestChaos(t *testing.T) {
 	}
 	if rep.Violations != 0 {
 		t.Errorf("%d violations with guard on (seed %d): see the history slices above", rep.Violations, cfg.Seed)
+		if rep.ViolationsByCheck[CheckLostUpdate] > 0 {
+			// Known today (chaos report to the lead): pgfence claims the
+			// token only at commit, so after Redis loses its data an old
+			// holder that has not noticed yet can commit between the new
+			// holder's read and write. Reproduced deterministically by
+			// go test -tags chaosfinding -run TestFinding ./chaos
+			t.Errorf("lost update: the known read-modify-write finding (claim at commit); see finding_test.go")
+		}
 	}
 	if rep.Errors != 0 {
 		t.Errorf("%d trials could not run or inject their fault", rep.Errors)
