@@ -432,3 +432,34 @@ func TestCommitTimeRefusal(t *testing.T) {
 	require.NoError(t, err, "the connection is usable")
 	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "C"))
 }
+
+// fn's tx kept past Exec is closed, as pgx's own Tx is after Commit: it
+// cannot run statements on a connection that went back to the pool, after
+// a commit as after a commit-time refusal.
+func TestTxClosedAfterExec(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+	var kept pgx.Tx
+	keep := func(ctx context.Context, tx pgx.Tx) error {
+		kept = tx
+		return insertStock("x", 1)(ctx, tx)
+	}
+	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, keep)
+	require.NoError(t, err)
+	_, err = kept.Exec(ctx, "INSERT INTO stock VALUES ('y', 1, 'leaked')")
+	require.ErrorIs(t, err, pgx.ErrTxClosed)
+
+	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+		if err := keep(ctx, tx); err != nil {
+			return err
+		}
+		return s.Advance(ctx, lease{"r", 2, "b"})
+	})
+	require.ErrorIs(t, err, guard.ErrStaleToken)
+	_, err = kept.Exec(ctx, "INSERT INTO stock VALUES ('y', 1, 'leaked')")
+	require.ErrorIs(t, err, pgx.ErrTxClosed)
+	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "x"))
+	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "leaked"))
+}

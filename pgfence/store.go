@@ -281,9 +281,10 @@ func (t *txn) Tx() pgx.Tx { return t.tx }
 // this failure path only) and the refusal returned, mapped.
 //
 // The COMMIT goes through tx's connection, not through tx, so pgx's Tx
-// value still believes the transaction is open. It is never used again
-// (ended): it holds no resources of its own (no goroutine, no finalizer),
-// and the connection, idle after COMMIT, goes back to the pool.
+// value would still believe the transaction is open; closeTx closes it
+// without a round trip, so that fn's tx, if kept past Exec, fails with
+// pgx.ErrTxClosed instead of running on a connection back in the pool.
+// The connection, idle after COMMIT or ROLLBACK, goes back to the pool.
 func (t *txn) Commit(ctx context.Context) error {
 	if t.ended {
 		return pgx.ErrTxClosed
@@ -293,6 +294,7 @@ func (t *txn) Commit(ctx context.Context) error {
 	if t.conn == nil {
 		return t.commitGeneric(ctx)
 	}
+	defer t.closeTx()
 	tag, err := t.conn.Exec(ctx, t.claim+";COMMIT")
 	if err != nil {
 		// Refused (FL001, FL003, FL004, lock timeout...): the transaction
@@ -309,6 +311,20 @@ func (t *txn) Commit(ctx context.Context) error {
 		return pgx.ErrTxCommitRollback
 	}
 	return nil
+}
+
+// closeTx marks t.tx closed once the transaction was ended on its
+// connection directly. pgx's Commit with a context that is already done
+// sends nothing (pgconn checks the context before it writes) and marks the
+// Tx closed; on an idle connection it leaves the connection alone. On a
+// closed connection the Tx fails anyway.
+func (t *txn) closeTx() {
+	if t.conn.IsClosed() || t.conn.PgConn().TxStatus() != 'I' {
+		return
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = t.tx.Commit(done)
 }
 
 func (t *txn) commitGeneric(ctx context.Context) error {
