@@ -11,11 +11,13 @@
 //
 // In one transaction, Exec
 //
-//  1. checks the lease at begin, without locking anything: if the store
-//     has seen a higher token for lease.Name(), or the same token from
-//     another holder, fn does not run and Exec returns a
-//     [*StaleTokenError] ([ErrStaleToken]); with [WithKey], if the key was
-//     applied before, fn does not run and Exec returns [ErrAlreadyApplied];
+//  1. checks the lease at begin, holding no lock past it: if the store has
+//     seen a higher token for lease.Name(), or the same token from another
+//     holder, fn does not run and Exec returns a [*StaleTokenError]
+//     ([ErrStaleToken]); otherwise the store records the token right away
+//     (as pgfence's Advance does), so that an older holder can no longer
+//     commit over what fn reads; with [WithKey], if the key was applied
+//     before, fn does not run and Exec returns [ErrAlreadyApplied];
 //  2. runs fn; an error, a panic or a cancelled ctx rolls back;
 //  3. claims the fence and commits, together: the claim is accepted if the
 //     stored token is lower (the new one is stored) or equal with the same

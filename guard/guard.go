@@ -32,10 +32,12 @@ type Claim struct {
 }
 
 // Store is a transactional store that can check fencing tokens. Begin
-// starts a transaction and checks c without locking: it returns an error
-// wrapping ErrStaleToken (a *StaleTokenError) or ErrAlreadyApplied, with
-// nothing left open, when the store has already seen a higher token (or the
-// same token from another holder) for c.Resource, or has recorded c.Key.
+// records c's token for c.Resource (committed at once, so that an older
+// holder can no longer commit) and starts a transaction, holding no lock
+// past the call: it returns an error wrapping ErrStaleToken (a
+// *StaleTokenError) or ErrAlreadyApplied, with nothing left open, when the
+// store has already seen a higher token (or the same token from another
+// holder) for c.Resource, or has recorded c.Key.
 // The returned transaction's Commit claims the fence and records the key,
 // under the fence's lock, and commits only if the claim is accepted: the
 // check at Begin lets a stale holder fail before it writes, the claim at

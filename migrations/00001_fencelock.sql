@@ -2,10 +2,12 @@
 -- runs, the precheck and claim functions and the table-protection trigger
 -- function.
 --
--- A guarded transaction (pgfence) runs precheck in the round trip that
--- opens it (no lock: a stale holder or an applied key fails before fn
--- writes) and claim in the round trip that commits it (the fence row lock
--- is held only while the commit runs). Raw SQL writers call claim first.
+-- A guarded transaction (pgfence) runs, in the round trip that opens it,
+-- advance in a transaction of its own (records the token, so older
+-- holders' commits are refused from then on) and precheck after BEGIN (no
+-- lock: an applied key or a finished run fails before fn writes), and
+-- claim in the round trip that commits it. The fence row lock is held only
+-- while advance or the commit runs. Raw SQL writers call claim first.
 --
 -- SQLSTATEs raised here (class FL is not used by Postgres):
 --   FL001  stale token: a higher token (or the same token with another
@@ -105,6 +107,37 @@ BEGIN
             set_config('fencelock.token', p_token::text, true),
             set_config('fencelock.holder', p_holder, true);
     RETURN cur;
+END;
+$$;
+-- +goose StatementEnd
+
+-- advance records p_token for p_resource in the round trip that opens a
+-- guarded transaction, in a transaction of its own that commits before
+-- BEGIN ("SELECT fencelock.advance(...); COMMIT; BEGIN ..."): from then on
+-- an older holder's commit is refused, so a holder that read before it
+-- froze cannot commit over what the new holder reads (a lost update in a
+-- read-modify-write). When the token is already the stored one it only
+-- reads (no lock, no write, nothing to commit); when it is stale it raises
+-- FL001; otherwise it claims. The fence row lock lasts only as long as that
+-- little transaction.
+-- +goose StatementBegin
+CREATE FUNCTION fencelock.advance(p_resource text, p_token bigint, p_holder text)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    cur        bigint;
+    cur_holder text;
+BEGIN
+    SELECT f.token, f.holder INTO cur, cur_holder
+      FROM fencelock.fence f WHERE f.resource = p_resource;
+    IF FOUND AND cur = p_token AND cur_holder = p_holder THEN
+        RETURN cur;
+    END IF;
+    IF FOUND AND (cur > p_token OR cur = p_token) THEN
+        PERFORM fencelock.raise_stale(p_resource, p_token, cur, cur_holder);
+    END IF;
+    RETURN fencelock.claim(p_resource, p_token, p_holder);
 END;
 $$;
 -- +goose StatementEnd

@@ -13,10 +13,13 @@
 // It is READ COMMITTED, and it costs no round trip over the same writes
 // in a plain transaction:
 //
-//   - the BEGIN round trip also runs fencelock.precheck: it locks nothing
-//     and stores nothing, but a stale token ([guard.ErrStaleToken]), an
-//     applied key ([guard.ErrAlreadyApplied]) or a finished run
-//     ([ErrRunFinished]) fails there, before fn writes anything;
+//   - the BEGIN round trip first runs fencelock.advance in a transaction of
+//     its own (a stale token fails there, [guard.ErrStaleToken]; a newer
+//     one is stored and committed at once, so an older holder that read
+//     before it froze cannot commit over what fn reads), then BEGIN and
+//     fencelock.precheck, which locks nothing: an applied key
+//     ([guard.ErrAlreadyApplied]) or a finished run ([ErrRunFinished])
+//     fails there, before fn writes anything;
 //   - the COMMIT round trip runs fencelock.claim, then COMMIT: the claim
 //     locks the fence row of the resource, checks the token and stores it,
 //     records the key, and the transaction commits only if it was
@@ -24,10 +27,12 @@
 //
 // Because every commit takes the fence row lock and checks its token in
 // the committing transaction, committed tokens per resource never decrease
-// in commit order. And because the lock is held only while a commit runs,
-// a holder frozen in the middle of its transaction (SIGSTOP, GC pause, VM
-// freeze) holds up no one: the next holder's [Store.Advance] and writes go
-// through, and the frozen one's commit is refused when it wakes up.
+// in commit order. And because the lock is held only while advance or a
+// commit runs, a holder frozen in the middle of its transaction (SIGSTOP,
+// GC pause, VM freeze) holds up no one: the next holder's [Store.Advance]
+// and writes go through, and the frozen one's commit is refused when it
+// wakes up. A refused or failed transaction still leaves its token
+// recorded, as Advance would.
 //
 // One exception: a write to a table protected with [Store.Protect] claims
 // right away (its trigger locks the fence row until the transaction ends),

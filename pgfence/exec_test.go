@@ -119,8 +119,9 @@ func TestIdempotencyKey(t *testing.T) {
 	assert.False(t, ran)
 	assert.EqualValues(t, 3, rowsBy(t, db.Pool, "batch-7"))
 
-	// The same holder retrying (e.g. after an ambiguous commit) too.
-	_, err = guard.Exec(ctx, s, lease{"r", 5, "a"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
+	// The same holder retrying (e.g. after an ambiguous commit) too,
+	// while it is still the newest.
+	_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
 	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
 	assert.EqualValues(t, 3, rowsBy(t, db.Pool, "batch-7"))
 
@@ -194,9 +195,9 @@ func TestRollbackOnErrorPanicAndCancel(t *testing.T) {
 		}, guard.WithKey("k"))
 		require.ErrorIs(t, err, context.Canceled)
 	})
-	// Nothing of any of them: no rows, no token, no key.
+	// Nothing of any of them: no rows, no key. (Their tokens were
+	// recorded when they began, as Advance does.)
 	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM stock"))
-	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.fence"))
 	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied"))
 	// And the pool still works.
 	_, err := guard.Exec(ctx, s, lease{"err", 3, "a"}, insertStock("ok", 1), guard.WithKey("k"))
@@ -361,7 +362,7 @@ func TestStoreOverOtherDB(t *testing.T) {
 	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
 	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "b"))
 	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "a"))
-	assert.EqualValues(t, 2, storedToken(t, db.Pool, "r"))
+	assert.EqualValues(t, 3, storedToken(t, db.Pool, "r"), "recorded at begin, as Advance does")
 }
 
 type wrappedDB struct{ *pgxpool.Pool }

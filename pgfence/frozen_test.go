@@ -242,3 +242,58 @@ func TestLeaseLostWhileCommitInFlight(t *testing.T) {
 	require.ErrorIs(t, err, errLeaseGone)
 	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "old"))
 }
+
+// A read-modify-write: the old holder reads, then freezes; the next holder
+// (no Advance of its own) begins and reads while the old one is frozen;
+// the old one thaws and commits first. Its commit must be refused, or the
+// next holder's increment, computed from the value it read, would
+// overwrite the old one's: a lost update. The begin round trip records the
+// next holder's token in a transaction of its own, so the old holder's
+// commit-time claim sees it.
+func TestReadModifyWriteNoLostUpdate(t *testing.T) {
+	db := newDB(t)
+	ctx := testCtx(t)
+	mustExec(t, db.Pool, "CREATE TABLE reg (id int PRIMARY KEY, value int NOT NULL)")
+	mustExec(t, db.Pool, "INSERT INTO reg VALUES (1, 0)")
+	s := newStore(t, db.Pool)
+	incr := func(read chan<- struct{}, proceed <-chan struct{}) func(context.Context, pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			var v int
+			if err := tx.QueryRow(ctx, "SELECT value FROM reg WHERE id = 1").Scan(&v); err != nil {
+				return err
+			}
+			close(read)
+			<-proceed
+			_, err := tx.Exec(ctx, "UPDATE reg SET value = $1 WHERE id = 1", v+1)
+			return err
+		}
+	}
+	run := func(l lease) (read, proceed chan struct{}, done chan error) {
+		read, proceed, done = make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			_, err := guard.Exec(ctx, s, l, incr(read, proceed))
+			done <- err
+		}()
+		return read, proceed, done
+	}
+	oldRead, oldGo, oldDone := run(lease{"reg", 1, "old"})
+	<-oldRead
+	nextRead, nextGo, nextDone := run(lease{"reg", 2, "next"})
+	select {
+	case <-nextRead:
+	case err := <-nextDone:
+		t.Fatalf("next holder failed: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("next holder waited for the frozen one")
+	}
+	close(oldGo)
+	oldErr := <-oldDone
+	close(nextGo)
+	nextErr := <-nextDone
+
+	var se *guard.StaleTokenError
+	require.ErrorAs(t, oldErr, &se, "the old holder committed over the next holder's read")
+	assert.EqualValues(t, 2, se.Current)
+	require.NoError(t, nextErr)
+	assert.EqualValues(t, 1, count(t, db.Pool, "SELECT value FROM reg WHERE id = 1"), "one increment committed, one in the register")
+}

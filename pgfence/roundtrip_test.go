@@ -86,7 +86,7 @@ func TestGuardedWriteAddsNoRoundTrip(t *testing.T) {
 	assert.EqualValues(t, 3, p, "plain: BEGIN, INSERT, COMMIT")
 	assert.Equal(t, p, g, "guarded")
 	assert.Equal(t, p, k, "guarded with a key")
-	assert.Equal(t, p+2, o, "generic DB path")
+	assert.Equal(t, p+3, o, "generic DB path")
 }
 
 type wrappedConn struct{ *pgx.Conn }

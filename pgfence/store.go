@@ -118,9 +118,10 @@ func New(db DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Begin implements guard.Store: it starts a READ COMMITTED transaction and
-// checks the claim (fencelock.precheck: no lock, nothing stored) in one
-// round trip, so a stale token or an applied key fails before fn writes.
+// Begin implements guard.Store: in one round trip it records the token
+// (fencelock.advance, committed on its own before BEGIN), starts a READ
+// COMMITTED transaction and checks the key (fencelock.precheck, no lock),
+// so a stale token or an applied key fails before fn writes.
 // The returned transaction's Commit claims the fence (fencelock.claim) and
 // commits, in one round trip. Use it through guard.Exec.
 func (s *Store) Begin(ctx context.Context, c guard.Claim) (guard.Txn[pgx.Tx], error) {
@@ -139,8 +140,9 @@ func (s *Store) Begin(ctx context.Context, c guard.Claim) (guard.Txn[pgx.Tx], er
 // transaction ends. Taken at BEGIN, a holder frozen in the middle of its
 // transaction (SIGSTOP, GC, VM freeze) would keep every later holder
 // waiting, which is the failure this library exists for. Taken in the
-// round trip that carries COMMIT, the lock lasts only as long as the
-// commit, and the invariant holds all the same: every commit checks its
+// round trip that carries COMMIT (and by advance, in its own little
+// transaction before BEGIN), the lock lasts only as long as those, and the
+// invariant holds all the same: every commit checks its
 // token under the fence row lock in the committing transaction, so
 // committed tokens per resource never decrease in commit order.
 func (s *Store) begin(ctx context.Context, c guard.Claim, atBegin, atCommit string) (*txn, error) {
@@ -148,6 +150,13 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, atBegin, atCommit stri
 		return nil, err
 	}
 	args := claimArgs(c)
+	// advance runs and commits on its own before BEGIN (a COMMIT ends the
+	// implicit transaction of a multi-statement query): the token is
+	// recorded before fn reads anything, so an older holder that read
+	// before it froze cannot commit over what this one reads. When the
+	// token is already stored it only reads; when it is stale it fails
+	// and Postgres skips the rest, BEGIN included.
+	advance := "SELECT fencelock.advance(" + claimArgs(guard.Claim{Resource: c.Resource, Token: c.Token, Holder: c.Holder}) + ")"
 	var b strings.Builder
 	b.WriteString("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
 	if s.lockTimeout > 0 {
@@ -169,7 +178,7 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, atBegin, atCommit stri
 	if atCommit != "" {
 		claim += ";" + atCommit
 	}
-	return s.beginWith(ctx, b.String(), claim)
+	return s.beginWith(ctx, advance, b.String(), claim)
 }
 
 // claimArgs is the argument list of precheck and claim, as literals.
@@ -187,26 +196,30 @@ func claimArgs(c guard.Claim) string {
 	return b.String()
 }
 
-// beginWith runs the multi-statement begin query q; claim is the SQL the
-// commit runs before COMMIT. For a pool or a conn, q is pgx's BeginQuery
-// (one simple-protocol round trip that opens the transaction and
-// prechecks) and the commit is one more (claim and COMMIT), so the fence
-// costs no round trip over a plain transaction. A refused precheck leaves
+// beginWith runs advance (in its own transaction) and the multi-statement
+// begin query q; claim is the SQL the commit runs before COMMIT. For a pool
+// or a conn, advance, COMMIT and q are pgx's BeginQuery (one
+// simple-protocol round trip that records the token, opens the
+// transaction and prechecks) and the commit is one more (claim and
+// COMMIT), so the fence costs no round trip over a plain transaction. A refused precheck leaves
 // the transaction open and aborted; it is rolled back here so the
 // connection goes back clean.
-func (s *Store) beginWith(ctx context.Context, q, claim string) (*txn, error) {
+func (s *Store) beginWith(ctx context.Context, advance, q, claim string) (*txn, error) {
 	switch db := s.db.(type) {
 	case *pgxpool.Pool:
 		pc, err := db.Acquire(ctx)
 		if err != nil {
 			return nil, mapError(err)
 		}
-		return beginOnConn(ctx, pc.Conn(), q, claim, pc.Release)
+		return beginOnConn(ctx, pc.Conn(), advance+";COMMIT;"+q, claim, pc.Release)
 	case *pgx.Conn:
-		return beginOnConn(ctx, db, q, claim, func() {})
+		return beginOnConn(ctx, db, advance+";COMMIT;"+q, claim, func() {})
 	default:
-		// Unknown DB: BEGIN, then the precheck; at commit the claim, then
-		// COMMIT. Two round trips more, same semantics.
+		// Unknown DB: the advance, BEGIN, then the precheck; at commit the
+		// claim, then COMMIT. Three round trips more, same semantics.
+		if _, err := s.db.Exec(ctx, advance); err != nil {
+			return nil, mapError(err)
+		}
 		tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadWrite})
 		if err != nil {
 			return nil, mapError(err)
