@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -66,7 +67,7 @@ func main() {
 			os.Exit(1)
 		}
 		if rep.Violations == 0 {
-			fmt.Fprintf(os.Stderr, "chaos: FAIL: the guard-off control found no violation: the checker proves nothing\n")
+			fmt.Printf("chaos: FAIL: the guard-off control found no violation: the checker proves nothing\n")
 			failed = true
 		} else {
 			fmt.Printf("chaos: control ok: guard off produced %d violations, as it must\n\n", rep.Violations)
@@ -78,15 +79,17 @@ func main() {
 		os.Exit(1)
 	}
 	if cfg.Guard && rep.Violations > 0 {
-		fmt.Fprintf(os.Stderr, "chaos: FAIL: %d violations with guard on (seed %d)\n", rep.Violations, *seed)
+		fmt.Printf("chaos: FAIL: %d violations with guard on (seed %d)\n", rep.Violations, *seed)
 		failed = true
 	}
 	if rep.Errors > 0 {
-		fmt.Fprintf(os.Stderr, "chaos: FAIL: %d trials could not run or inject their fault\n", rep.Errors)
+		fmt.Printf("chaos: FAIL: %d trials could not run or inject their fault\n", rep.Errors)
 		failed = true
 	}
 	if failed {
+		// Keep the JSON summary of the main run the last line of stdout.
+		b, _ := json.Marshal(rep.Summary())
+		fmt.Println(string(b))
 		os.Exit(1)
 	}
-	// The last line of the output stays the JSON summary of the main run.
 }
