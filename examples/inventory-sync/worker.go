@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -248,7 +249,7 @@ func (w *Worker) writeChunk(ctx context.Context, tx pgx.Tx, token int64, chunk i
 		w.cfg.Run, w.cfg.Name, token, chunk)
 	if err == nil && chunk == w.cfg.FreezeAt {
 		w.event(token, "frozen", chunk, "SIGSTOP in the middle of the chunk's transaction")
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		freeze()
 	}
 	return err
 }
@@ -299,4 +300,15 @@ func (w *Worker) event(token int64, event string, chunk int, detail string) {
 // the chunk's transaction).
 func (w *Worker) progress(token int64, chunk int) {
 	_ = w.out.Encode(map[string]any{"worker": w.cfg.Name, "event": "committed", "chunk": chunk, "token": token})
+}
+
+// freeze stops this process with SIGSTOP until something sends SIGCONT.
+// The signal is sent to the calling thread, not to the process: a
+// process-directed SIGSTOP is taken by whichever thread the kernel picks,
+// and on a busy machine this goroutine could run on for milliseconds (and
+// commit) before that thread stops the group.
+func freeze() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
