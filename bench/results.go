@@ -194,7 +194,9 @@ func printMarkdown(w io.Writer, r *results) {
 	}
 	fmt.Fprintf(w, "### goals\n\n| scenario | goal | measured | limit | status |\n|---|---|---|---|---|\n")
 	for _, g := range r.Goals {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", g.Scenario, g.Goal, fmtNum(g.Measured), fmtNum(g.Limit), metStr(g.Met))
+		// Three decimals, so that a value just over its limit does not
+		// print as equal to it.
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", g.Scenario, g.Goal, fmtGoal(g.Measured), fmtGoal(g.Limit), metStr(g.Met))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Settings:\n")
@@ -333,4 +335,11 @@ func printHeadline(w io.Writer, r *results) {
 		}
 	}
 	fmt.Fprintf(w, "\nGoals met: %d of %d (see the goals table at the end).\n\n", met, total)
+}
+
+func fmtGoal(x float64) string {
+	if math.IsNaN(x) || math.Abs(x) >= 100 {
+		return fmtNum(x)
+	}
+	return fmt.Sprintf("%.3f", x)
 }
