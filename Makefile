@@ -28,10 +28,14 @@ deps:
 
 vet:
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
-# The one test command: vet, then every package under the race detector.
+# The one test command: vet, then every package under the race detector,
+# including the short versions of the chaos suite (chaos/) and of the
+# benchmark harness (bench/, its own module: every scenario at toy sizes).
 test: deps vet
 	$(GO) test -race -count=1 -timeout 9m ./...
+	cd bench && $(GO) test -race -count=1 -timeout 5m ./...
 
 demo: deps
 	$(GO) run ./examples/inventory-sync
