@@ -20,6 +20,11 @@ func (s *Store) Advance(ctx context.Context, lease guard.Lease) error {
 	if err := checkClaim(c); err != nil {
 		return err
 	}
-	_, err = s.db.Exec(ctx, "SELECT fencelock.claim($1, $2, $3)", c.Resource, c.Token, c.Holder)
-	return mapError(err)
+	if _, err = s.db.Exec(ctx, "SELECT fencelock.claim($1, $2, $3)", c.Resource, c.Token, c.Holder); err != nil {
+		return mapError(err)
+	}
+	if s.autocommits() {
+		s.adv.add(c.Resource, c.Token, c.Holder)
+	}
+	return nil
 }

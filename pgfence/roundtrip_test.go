@@ -3,6 +3,8 @@ package pgfence_test
 import (
 	"context"
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -90,3 +92,98 @@ func TestGuardedWriteAddsNoRoundTrip(t *testing.T) {
 }
 
 type wrappedConn struct{ *pgx.Conn }
+
+// sqlRecorder keeps what the client sends, to tell which statements went
+// out.
+type sqlRecorder struct {
+	net.Conn
+	mu   *sync.Mutex
+	sent *strings.Builder
+}
+
+func (c sqlRecorder) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	c.sent.Write(b)
+	c.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+// A Store sends advance only for a claim it has not seen stored yet: the
+// second transaction of the same lease goes without it, a new token (or
+// holder) sends it again, and a newer holder that advanced through
+// another Store still gets the cached holder refused.
+func TestAdvanceSentOncePerClaim(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	ctx := testCtx(t)
+	var mu sync.Mutex
+	var sent strings.Builder
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return sqlRecorder{Conn: c, mu: &mu, sent: &sent}, nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	s := newStore(t, conn)
+	advances := func(f func()) int {
+		mu.Lock()
+		sent.Reset()
+		mu.Unlock()
+		f()
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Count(sent.String(), "fencelock.advance(")
+	}
+	exec := func(l lease, opts ...guard.Option) func() {
+		return func() {
+			_, err := guard.Exec(ctx, s, l, insertStock(l.holder, 1), opts...)
+			require.NoError(t, err)
+		}
+	}
+
+	assert.Equal(t, 1, advances(exec(lease{"r", 1, "a"})), "first transaction of a lease")
+	assert.Equal(t, 0, advances(exec(lease{"r", 1, "a"})), "same lease again")
+	assert.Equal(t, 0, advances(exec(lease{"r", 1, "a"}, guard.WithKey("k"))), "same lease, with a key")
+	assert.Equal(t, 0, advances(func() {
+		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("a", 1), guard.WithKey("k"))
+		require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+	}), "same lease, refused key")
+	assert.Equal(t, 1, advances(exec(lease{"r", 2, "b"})), "new token")
+	assert.Equal(t, 1, advances(exec(lease{"other", 2, "b"})), "other resource")
+	assert.Equal(t, 0, advances(exec(lease{"r", 2, "b"})), "cached again")
+	assert.Equal(t, 0, advances(func() { require.NoError(t, s.Run(lease{"r", 2, "b"}, "run").Step(ctx, "1", nil)) }), "a run step of the same lease")
+
+	// A stale token is refused by advance and not cached: it is sent (and
+	// refused) every time.
+	for range 2 {
+		assert.Equal(t, 1, advances(func() {
+			_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("a", 1))
+			require.ErrorIs(t, err, guard.ErrStaleToken)
+		}), "stale token")
+	}
+
+	// A newer holder advances through another Store: the cached lease
+	// sends no advance, and is refused all the same, nothing written.
+	other := newStore(t, db.Pool)
+	require.NoError(t, other.Advance(ctx, lease{"r", 3, "c"}))
+	before := count(t, db.Pool, "SELECT count(*) FROM stock")
+	assert.Equal(t, 0, advances(func() {
+		_, err := guard.Exec(ctx, s, lease{"r", 2, "b"}, insertStock("b", 1))
+		var stale *guard.StaleTokenError
+		require.ErrorAs(t, err, &stale)
+		assert.EqualValues(t, 3, stale.Current)
+	}), "cached, refused by precheck")
+	assert.Equal(t, before, count(t, db.Pool, "SELECT count(*) FROM stock"))
+	assert.EqualValues(t, 3, storedToken(t, db.Pool, "r"))
+
+	// Advance fills the cache too.
+	require.NoError(t, s.Advance(ctx, lease{"r", 4, "d"}))
+	assert.Equal(t, 0, advances(exec(lease{"r", 4, "d"})), "after Advance")
+}

@@ -2,6 +2,7 @@ package pgfence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -42,6 +43,9 @@ type Store struct {
 	db          DB
 	lockTimeout time.Duration
 	idleTimeout time.Duration
+	// adv lets a transaction skip advance when this Store has already
+	// seen its claim stored.
+	adv advanced
 }
 
 // Option configures a Store.
@@ -155,8 +159,12 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, atBegin, atCommit stri
 	// recorded before fn reads anything, so an older holder that read
 	// before it froze cannot commit over what this one reads. When the
 	// token is already stored it only reads; when it is stale it fails
-	// and Postgres skips the rest, BEGIN included.
-	advance := "SELECT fencelock.advance(" + claimArgs(guard.Claim{Resource: c.Resource, Token: c.Token, Holder: c.Holder}) + ")"
+	// and Postgres skips the rest, BEGIN included. Once this Store has
+	// seen the claim stored it sends no advance at all (see advanced).
+	advance := ""
+	if !s.adv.has(c.Resource, c.Token, c.Holder) {
+		advance = "SELECT fencelock.advance(" + claimArgs(guard.Claim{Resource: c.Resource, Token: c.Token, Holder: c.Holder}) + ")"
+	}
 	var b strings.Builder
 	b.WriteString("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
 	if s.lockTimeout > 0 {
@@ -178,7 +186,14 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, atBegin, atCommit stri
 	if atCommit != "" {
 		claim += ";" + atCommit
 	}
-	return s.beginWith(ctx, advance, b.String(), claim)
+	cache := advance != "" && s.autocommits()
+	t, err := s.beginWith(ctx, advance, b.String(), claim)
+	if cache && (err == nil || errors.Is(err, guard.ErrAlreadyApplied) || errors.Is(err, ErrRunFinished)) {
+		// advance committed: the begin went through, or failed on a check
+		// that runs after it (FL001 may come from advance itself).
+		s.adv.add(c.Resource, c.Token, c.Holder)
+	}
+	return t, err
 }
 
 // claimArgs is the argument list of precheck and claim, as literals.
@@ -196,8 +211,8 @@ func claimArgs(c guard.Claim) string {
 	return b.String()
 }
 
-// beginWith runs advance (in its own transaction) and the multi-statement
-// begin query q; claim is the SQL the commit runs before COMMIT. For a pool
+// beginWith runs advance (in its own transaction; none when advance is
+// "") and the multi-statement begin query q; claim is the SQL the commit runs before COMMIT. For a pool
 // or a conn, advance, COMMIT and q are pgx's BeginQuery (one
 // simple-protocol round trip that records the token, opens the
 // transaction and prechecks) and the commit is one more (claim and
@@ -211,14 +226,16 @@ func (s *Store) beginWith(ctx context.Context, advance, q, claim string) (*txn, 
 		if err != nil {
 			return nil, mapError(err)
 		}
-		return beginOnConn(ctx, pc.Conn(), advance+";COMMIT;"+q, claim, pc.Release)
+		return beginOnConn(ctx, pc.Conn(), withAdvance(advance, q), claim, pc.Release)
 	case *pgx.Conn:
-		return beginOnConn(ctx, db, advance+";COMMIT;"+q, claim, func() {})
+		return beginOnConn(ctx, db, withAdvance(advance, q), claim, func() {})
 	default:
 		// Unknown DB: the advance, BEGIN, then the precheck; at commit the
 		// claim, then COMMIT. Three round trips more, same semantics.
-		if _, err := s.db.Exec(ctx, advance); err != nil {
-			return nil, mapError(err)
+		if advance != "" {
+			if _, err := s.db.Exec(ctx, advance); err != nil {
+				return nil, mapError(err)
+			}
 		}
 		tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadWrite})
 		if err != nil {
@@ -231,6 +248,30 @@ func (s *Store) beginWith(ctx context.Context, advance, q, claim string) (*txn, 
 		}
 		return &txn{tx: tx, claim: claim, release: func() {}}, nil
 	}
+}
+
+// autocommits reports whether a statement s.db.Exec runs outside a
+// transaction commits on its own: true for a pool, and for a conn with no
+// transaction open. Only then does the advance cache trust that an
+// advance is stored; a DB of another kind may run it inside a
+// transaction of its own that is later rolled back.
+func (s *Store) autocommits() bool {
+	switch db := s.db.(type) {
+	case *pgxpool.Pool:
+		return true
+	case *pgx.Conn:
+		return db.PgConn().TxStatus() == 'I'
+	}
+	return false
+}
+
+// withAdvance prefixes the begin query q with advance, committed on its
+// own.
+func withAdvance(advance, q string) string {
+	if advance == "" {
+		return q
+	}
+	return advance + ";COMMIT;" + q
 }
 
 func beginOnConn(ctx context.Context, conn *pgx.Conn, q, claim string, release func()) (*txn, error) {
