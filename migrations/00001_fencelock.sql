@@ -4,10 +4,13 @@
 --
 -- A guarded transaction (pgfence) runs, in the round trip that opens it,
 -- advance in a transaction of its own (records the token, so older
--- holders' commits are refused from then on) and precheck after BEGIN (no
--- lock: an applied key or a finished run fails before fn writes), and
--- claim in the round trip that commits it. The fence row lock is held only
--- while advance or the commit runs. Raw SQL writers call claim first.
+-- holders' commits are refused from then on; skipped when the client
+-- knows the token is stored already) and open after BEGIN (precheck and
+-- run_check in one call, no lock: an applied key or a finished run fails
+-- before fn writes), and close in the round trip that commits it (claim,
+-- apply_key and run_step or run_finish in one call). The fence row lock is
+-- held only while advance or the commit runs. Raw SQL writers call claim
+-- first.
 --
 -- SQLSTATEs raised here (class FL is not used by Postgres):
 --   FL001  stale token: a higher token (or the same token with another
@@ -54,17 +57,25 @@ CREATE INDEX applied_applied_at_idx ON fencelock.applied (applied_at);
 
 -- Resumable runs: a long batch split into fenced steps; the cursor says
 -- where the next holder resumes, finished makes the run a no-op.
+--
+-- Every step rewrites its run's row (token, cursor, updated_at). No index
+-- covers those columns, so the rewrite is a HOT update (no index entries
+-- to add) as long as the page has room: hence the fillfactor. Only
+-- finishing a run sets finished and finished_at, the indexed columns that
+-- Prune looks runs up by.
 CREATE TABLE fencelock.runs (
-    resource   text        NOT NULL CHECK (resource <> ''),
-    run_key    text        NOT NULL CHECK (run_key <> ''),
-    token      bigint      NOT NULL,
-    cursor     text        NOT NULL DEFAULT '',
-    finished   boolean     NOT NULL DEFAULT false,
-    updated_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (resource, run_key)
-);
+    resource    text        NOT NULL CHECK (resource <> ''),
+    run_key     text        NOT NULL CHECK (run_key <> ''),
+    token       bigint      NOT NULL,
+    cursor      text        NOT NULL DEFAULT '',
+    finished    boolean     NOT NULL DEFAULT false,
+    finished_at timestamptz,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (resource, run_key),
+    CHECK (finished = (finished_at IS NOT NULL))
+) WITH (fillfactor = 70);
 
-CREATE INDEX runs_finished_updated_at_idx ON fencelock.runs (updated_at) WHERE finished;
+CREATE INDEX runs_finished_at_idx ON fencelock.runs (finished_at) WHERE finished;
 
 -- precheck is the non-locking check at the start of a guarded transaction:
 -- it raises FL001 (same DETAIL as claim) when the stored token for
@@ -221,6 +232,141 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- open is the check at the start of a guarded transaction, what precheck
+-- and run_check do, in one call (one statement in the begin round trip):
+-- FL001 when the stored token for p_resource is higher than p_token, or
+-- equal with another holder; FL003 when p_key is already applied; FL004
+-- when the run p_run_key is finished. It locks nothing and stores nothing,
+-- and records the claim-to-be in the transaction-local settings that the
+-- protect trigger reads (close relies on them). Returns the stored token
+-- (0 when the resource is new).
+-- +goose StatementBegin
+CREATE FUNCTION fencelock.open(p_resource text, p_token bigint, p_holder text,
+                               p_key text DEFAULT NULL, p_run_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    cur        bigint;
+    cur_holder text;
+    prev       bigint;
+BEGIN
+    IF p_resource IS NULL OR p_resource = '' OR p_token IS NULL OR p_token <= 0 OR p_holder IS NULL OR p_holder = '' THEN
+        PERFORM fencelock.check_args('open', p_resource, p_token, p_holder);
+    END IF;
+    SELECT f.token, f.holder INTO cur, cur_holder
+      FROM fencelock.fence f WHERE f.resource = p_resource;
+    IF NOT FOUND THEN
+        cur := 0;
+    ELSIF cur > p_token OR (cur = p_token AND cur_holder <> p_holder) THEN
+        PERFORM fencelock.raise_stale(p_resource, p_token, cur, cur_holder);
+    END IF;
+    IF p_key IS NOT NULL THEN
+        IF p_key = '' THEN
+            RAISE EXCEPTION 'fencelock: open: empty idempotency key' USING ERRCODE = '22023';
+        END IF;
+        SELECT a.token INTO prev FROM fencelock.applied a WHERE a.resource = p_resource AND a.key = p_key;
+        IF FOUND THEN
+            PERFORM fencelock.raise_applied(p_resource, p_key, prev);
+        END IF;
+    END IF;
+    IF p_run_key IS NOT NULL THEN
+        IF p_run_key = '' THEN
+            RAISE EXCEPTION 'fencelock: open: empty run key' USING ERRCODE = '22023';
+        END IF;
+        PERFORM 1 FROM fencelock.runs r WHERE r.resource = p_resource AND r.run_key = p_run_key AND r.finished;
+        IF FOUND THEN
+            RAISE EXCEPTION 'fencelock: run "%" of resource "%" is finished', p_run_key, p_resource
+                USING ERRCODE = 'FL004',
+                      DETAIL = json_build_object('resource', p_resource, 'run_key', p_run_key)::text;
+        END IF;
+    END IF;
+    PERFORM set_config('fencelock.resource', p_resource, true),
+            set_config('fencelock.token', p_token::text, true),
+            set_config('fencelock.holder', p_holder, true);
+    RETURN cur;
+END;
+$$;
+-- +goose StatementEnd
+
+-- close is the claim at the end of a guarded transaction, in the round
+-- trip that carries COMMIT, in one call: it claims the fence (as claim
+-- does), records p_key (as apply_key), and then, with p_run_key, moves the
+-- run's cursor to p_cursor (as run_step, FL004 when the run is finished)
+-- or, with p_finish, finishes the run (as run_finish). Call it after open
+-- in the same transaction: it leaves the protect trigger's settings as
+-- open set them.
+--
+-- In a guarded transaction the token is already stored when close runs
+-- (advance stored it before BEGIN), so close reads the fence row once,
+-- under FOR SHARE, and finds the token its own: the share lock keeps a
+-- newer claim from committing before this transaction ends, as in claim.
+-- A newer token there is FL001. Only when the stored token is lower or
+-- missing (the fence row was deleted since, or close is called without
+-- advance) does it hand over to claim, which stores it under FOR UPDATE.
+-- +goose StatementBegin
+CREATE FUNCTION fencelock.close(p_resource text, p_token bigint, p_holder text,
+                                p_key text DEFAULT NULL, p_run_key text DEFAULT NULL,
+                                p_cursor text DEFAULT NULL, p_finish boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    cur        bigint;
+    cur_holder text;
+    prev       bigint;
+BEGIN
+    IF p_resource IS NULL OR p_resource = '' OR p_token IS NULL OR p_token <= 0 OR p_holder IS NULL OR p_holder = '' THEN
+        PERFORM fencelock.check_args('close', p_resource, p_token, p_holder);
+    END IF;
+    IF p_key = '' THEN
+        RAISE EXCEPTION 'fencelock: close: empty idempotency key' USING ERRCODE = '22023';
+    END IF;
+    IF p_run_key = '' OR (p_run_key IS NULL AND (p_finish OR p_cursor IS NOT NULL)) THEN
+        RAISE EXCEPTION 'fencelock: close: empty run key' USING ERRCODE = '22023';
+    END IF;
+
+    SELECT f.token, f.holder INTO cur, cur_holder
+      FROM fencelock.fence f WHERE f.resource = p_resource FOR SHARE;
+    IF NOT FOUND OR cur < p_token THEN
+        cur := fencelock.claim(p_resource, p_token, p_holder);
+    ELSIF cur > p_token OR cur_holder <> p_holder THEN
+        PERFORM fencelock.raise_stale(p_resource, p_token, cur, cur_holder);
+    END IF;
+
+    IF p_key IS NOT NULL THEN
+        INSERT INTO fencelock.applied (resource, key, token)
+        VALUES (p_resource, p_key, p_token)
+        ON CONFLICT (resource, key) DO NOTHING;
+        IF NOT FOUND THEN
+            SELECT a.token INTO prev FROM fencelock.applied a WHERE a.resource = p_resource AND a.key = p_key;
+            PERFORM fencelock.raise_applied(p_resource, p_key, prev);
+        END IF;
+    END IF;
+
+    IF p_finish THEN
+        INSERT INTO fencelock.runs AS r (resource, run_key, token, finished, finished_at)
+        VALUES (p_resource, p_run_key, p_token, true, now())
+        ON CONFLICT (resource, run_key) DO UPDATE
+            SET token = excluded.token, finished = true, finished_at = now(), updated_at = now()
+            WHERE NOT r.finished;
+    ELSIF p_run_key IS NOT NULL THEN
+        INSERT INTO fencelock.runs AS r (resource, run_key, token, cursor)
+        VALUES (p_resource, p_run_key, p_token, coalesce(p_cursor, ''))
+        ON CONFLICT (resource, run_key) DO UPDATE
+            SET token = excluded.token, cursor = excluded.cursor, updated_at = now()
+            WHERE NOT r.finished;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'fencelock: run "%" of resource "%" is finished', p_run_key, p_resource
+                USING ERRCODE = 'FL004',
+                      DETAIL = json_build_object('resource', p_resource, 'run_key', p_run_key, 'token', p_token)::text;
+        END IF;
+    END IF;
+    RETURN cur;
+END;
+$$;
+-- +goose StatementEnd
+
 -- check_args raises 22023 for the arguments no claim accepts.
 -- +goose StatementBegin
 CREATE FUNCTION fencelock.check_args(p_fn text, p_resource text, p_token bigint, p_holder text)
@@ -334,10 +480,10 @@ BEGIN
     IF p_run_key IS NULL OR p_run_key = '' THEN
         RAISE EXCEPTION 'fencelock: run_finish: empty run key' USING ERRCODE = '22023';
     END IF;
-    INSERT INTO fencelock.runs AS r (resource, run_key, token, finished)
-    VALUES (p_resource, p_run_key, p_token, true)
+    INSERT INTO fencelock.runs AS r (resource, run_key, token, finished, finished_at)
+    VALUES (p_resource, p_run_key, p_token, true, now())
     ON CONFLICT (resource, run_key) DO UPDATE
-        SET token = excluded.token, finished = true, updated_at = now()
+        SET token = excluded.token, finished = true, finished_at = now(), updated_at = now()
         WHERE NOT r.finished;
 END;
 $$;

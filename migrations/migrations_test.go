@@ -48,7 +48,7 @@ func objects(t *testing.T, db *sql.DB) (tables, functions, triggers int) {
 	return
 }
 
-var wantFunctions = []string{"advance", "apply_key", "check_args", "claim", "precheck", "protect_guard", "raise_applied", "raise_stale", "run_check", "run_finish", "run_step"}
+var wantFunctions = []string{"advance", "apply_key", "check_args", "claim", "close", "open", "precheck", "protect_guard", "raise_applied", "raise_stale", "run_check", "run_finish", "run_step"}
 
 func functionNames(t *testing.T, db *sql.DB) []string {
 	t.Helper()

@@ -16,14 +16,16 @@
 //   - the BEGIN round trip first runs fencelock.advance in a transaction of
 //     its own (a stale token fails there, [guard.ErrStaleToken]; a newer
 //     one is stored and committed at once, so an older holder that read
-//     before it froze cannot commit over what fn reads), then BEGIN and
-//     fencelock.precheck, which locks nothing: an applied key
+//     before it froze cannot commit over what fn reads; a Store that has
+//     already seen this lease's token stored skips it), then BEGIN and
+//     fencelock.open, which locks nothing: a stale token, an applied key
 //     ([guard.ErrAlreadyApplied]) or a finished run ([ErrRunFinished])
 //     fails there, before fn writes anything;
-//   - the COMMIT round trip runs fencelock.claim, then COMMIT: the claim
-//     locks the fence row of the resource, checks the token and stores it,
-//     records the key, and the transaction commits only if it was
-//     accepted. A refused claim rolls everything back.
+//   - the COMMIT round trip runs fencelock.close, then COMMIT: close
+//     locks the fence row of the resource, checks the token (stores it if
+//     it is not yet), records the key, moves a run's cursor, and the
+//     transaction commits only if it was accepted. A refused close rolls
+//     everything back.
 //
 // Because every commit takes the fence row lock and checks its token in
 // the committing transaction, committed tokens per resource never decrease

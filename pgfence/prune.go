@@ -18,7 +18,7 @@ func (s *Store) Prune(ctx context.Context, olderThan time.Duration) (int64, erro
 	var n int64
 	err := s.db.QueryRow(ctx, `
 WITH a AS (DELETE FROM fencelock.applied WHERE applied_at < now() - $1 * interval '1 microsecond' RETURNING 1),
-     r AS (DELETE FROM fencelock.runs WHERE finished AND updated_at < now() - $1 * interval '1 microsecond' RETURNING 1)
+     r AS (DELETE FROM fencelock.runs WHERE finished AND finished_at < now() - $1 * interval '1 microsecond' RETURNING 1)
 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM r)`, olderThan.Microseconds()).Scan(&n)
 	if err != nil {
 		return 0, mapError(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/jackc/pgx/v5"
@@ -63,7 +62,7 @@ func (r *Run) Resume(ctx context.Context) (cursor string, finished bool, err err
 // run and Step returns ErrRunFinished; a stale lease gets a
 // *guard.StaleTokenError. fn may be nil to only move the cursor.
 func (r *Run) Step(ctx context.Context, newCursor string, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	c, err := r.check()
+	_, err := r.check()
 	if err != nil {
 		return err
 	}
@@ -74,11 +73,8 @@ func (r *Run) Step(ctx context.Context, newCursor string, fn func(ctx context.Co
 		fn = func(context.Context, pgx.Tx) error { return nil }
 	}
 	// Checked at begin (a finished run does not run fn), moved at commit
-	// with the claim (run_step refuses a run finished in between).
-	check := "SELECT fencelock.run_check(" + quoteLiteral(c.Resource) + "," + quoteLiteral(r.key) + ")"
-	move := "SELECT fencelock.run_step(" + quoteLiteral(c.Resource) + "," + quoteLiteral(r.key) + "," +
-		strconv.FormatInt(c.Token, 10) + "," + quoteLiteral(newCursor) + ")"
-	_, err = guard.Exec(ctx, runStore{s: r.s, atBegin: check, atCommit: move}, r.lease, fn)
+	// with the claim (close refuses a run finished in between).
+	_, err = guard.Exec(ctx, runStore{s: r.s, op: runOp{key: r.key, cursor: newCursor}}, r.lease, fn)
 	return err
 }
 
@@ -86,26 +82,23 @@ func (r *Run) Step(ctx context.Context, newCursor string, fn func(ctx context.Co
 // any holder, are no-ops (ErrRunFinished). Finishing a finished run is a
 // no-op; a stale lease gets a *guard.StaleTokenError.
 func (r *Run) Finish(ctx context.Context) error {
-	c, err := r.check()
-	if err != nil {
+	if _, err := r.check(); err != nil {
 		return err
 	}
-	finish := "SELECT fencelock.run_finish(" + quoteLiteral(c.Resource) + "," + quoteLiteral(r.key) + "," +
-		strconv.FormatInt(c.Token, 10) + ")"
-	_, err = guard.Exec(ctx, runStore{s: r.s, atCommit: finish}, r.lease,
+	_, err := guard.Exec(ctx, runStore{s: r.s, op: runOp{key: r.key, finish: true}}, r.lease,
 		func(context.Context, pgx.Tx) error { return nil })
 	return err
 }
 
-// runStore is the Store with one more statement in the begin round trip
-// and one more in the commit round trip.
+// runStore is the Store with a run's check at begin and its step or
+// finish at commit.
 type runStore struct {
-	s                 *Store
-	atBegin, atCommit string
+	s  *Store
+	op runOp
 }
 
 func (rs runStore) Begin(ctx context.Context, c guard.Claim) (guard.Txn[pgx.Tx], error) {
-	t, err := rs.s.begin(ctx, c, rs.atBegin, rs.atCommit)
+	t, err := rs.s.begin(ctx, c, rs.op)
 	if err != nil {
 		return nil, err
 	}

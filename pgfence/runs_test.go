@@ -112,7 +112,7 @@ func TestPrune(t *testing.T) {
 
 	// Age the rows instead of sleeping.
 	mustExec(t, db.Pool, "UPDATE fencelock.applied SET applied_at = now() - interval '2 hours' WHERE key <> 'k3'")
-	mustExec(t, db.Pool, "UPDATE fencelock.runs SET updated_at = now() - interval '2 hours'")
+	mustExec(t, db.Pool, "UPDATE fencelock.runs SET updated_at = now() - interval '2 hours', finished_at = CASE WHEN finished THEN now() - interval '2 hours' END")
 	n, err = s.Prune(ctx, time.Hour)
 	require.NoError(t, err)
 	assert.EqualValues(t, 3, n, "k1, k2 and the finished run")
@@ -128,4 +128,37 @@ func TestPrune(t *testing.T) {
 	require.NoError(t, err)
 	_, err = guard.Exec(ctx, s, l, insertStock("k3", 1), guard.WithKey("k3"))
 	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+}
+
+// A step rewrites its run's row without touching an indexed column, so
+// Postgres can update it in place (HOT: no new index entries). Counted in
+// the step's own transaction, which pg_stat_xact_user_tables reports at
+// once.
+func TestRunStepIsHOTUpdate(t *testing.T) {
+	db := newDB(t)
+	s := newStore(t, db.Pool)
+	ctx := testCtx(t)
+	l := lease{"r", 1, "a"}
+	run := s.Run(l, "hot")
+	require.NoError(t, run.Step(ctx, "1", nil))
+	require.NoError(t, run.Step(ctx, "2", func(ctx context.Context, tx pgx.Tx) error {
+		// What the commit does next, counted here: a step of the same
+		// run in this transaction.
+		_, err := tx.Exec(ctx, "SELECT fencelock.close('r', 1, 'a', NULL, 'hot', '2')")
+		if err != nil {
+			return err
+		}
+		var upd, hot int64
+		if err := tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+			WHERE schemaname = 'fencelock' AND relname = 'runs'`).Scan(&upd, &hot); err != nil {
+			return err
+		}
+		assert.EqualValues(t, 1, upd, "one update of the run's row")
+		assert.EqualValues(t, 1, hot, "and it was HOT")
+		return nil
+	}))
+	cursor, fin, err := run.Resume(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "2", cursor)
+	assert.False(t, fin)
 }

@@ -124,21 +124,30 @@ func New(db DB, opts ...Option) (*Store, error) {
 
 // Begin implements guard.Store: in one round trip it records the token
 // (fencelock.advance, committed on its own before BEGIN), starts a READ
-// COMMITTED transaction and checks the key (fencelock.precheck, no lock),
-// so a stale token or an applied key fails before fn writes.
-// The returned transaction's Commit claims the fence (fencelock.claim) and
-// commits, in one round trip. Use it through guard.Exec.
+// COMMITTED transaction and checks the token and the key (fencelock.open,
+// no lock), so a stale token or an applied key fails before fn writes.
+// The returned transaction's Commit claims the fence and records the key
+// (fencelock.close) and commits, in one round trip. Use it through
+// guard.Exec.
 func (s *Store) Begin(ctx context.Context, c guard.Claim) (guard.Txn[pgx.Tx], error) {
-	t, err := s.begin(ctx, c, "", "")
+	t, err := s.begin(ctx, c, runOp{})
 	if err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// begin opens a checked transaction. atBegin is more SQL (already quoted)
-// for the begin round trip, after the precheck; atCommit is more SQL for
-// the commit round trip, after the claim and before COMMIT.
+// runOp is what a transaction does to a resumable run: none (key ""),
+// move its cursor, or finish it.
+type runOp struct {
+	key    string
+	cursor string
+	finish bool
+}
+
+// begin opens a checked transaction: fencelock.open in the begin round
+// trip, fencelock.close in the commit round trip (one call each, for the
+// token, the key and the run).
 //
 // Why the claim waits for the commit: claim locks the fence row until the
 // transaction ends. Taken at BEGIN, a holder frozen in the middle of its
@@ -149,11 +158,10 @@ func (s *Store) Begin(ctx context.Context, c guard.Claim) (guard.Txn[pgx.Tx], er
 // invariant holds all the same: every commit checks its
 // token under the fence row lock in the committing transaction, so
 // committed tokens per resource never decrease in commit order.
-func (s *Store) begin(ctx context.Context, c guard.Claim, atBegin, atCommit string) (*txn, error) {
+func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, error) {
 	if err := checkClaim(c); err != nil {
 		return nil, err
 	}
-	args := claimArgs(c)
 	// advance runs and commits on its own before BEGIN (a COMMIT ends the
 	// implicit transaction of a multi-statement query): the token is
 	// recorded before fn reads anything, so an older holder that read
@@ -165,6 +173,24 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, atBegin, atCommit stri
 	if !s.adv.has(c.Resource, c.Token, c.Holder) {
 		advance = "SELECT fencelock.advance(" + claimArgs(guard.Claim{Resource: c.Resource, Token: c.Token, Holder: c.Holder}) + ")"
 	}
+	// The arguments: resource, token, holder, then key and run key only
+	// when there are some (NULL is their default). open checks the run
+	// only for a step: finishing a finished run is a no-op, not an error.
+	args := claimArgs(guard.Claim{Resource: c.Resource, Token: c.Token, Holder: c.Holder})
+	openArgs, closeArgs := args, args
+	switch {
+	case run.finish:
+		if c.Key != "" {
+			openArgs += "," + quoteLiteral(c.Key)
+		}
+		closeArgs += "," + literalOrNull(c.Key) + "," + quoteLiteral(run.key) + ",NULL,true"
+	case run.key != "":
+		openArgs += "," + literalOrNull(c.Key) + "," + quoteLiteral(run.key)
+		closeArgs += "," + literalOrNull(c.Key) + "," + quoteLiteral(run.key) + "," + quoteLiteral(run.cursor)
+	case c.Key != "":
+		openArgs += "," + quoteLiteral(c.Key)
+		closeArgs += "," + quoteLiteral(c.Key)
+	}
 	var b strings.Builder
 	b.WriteString("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
 	if s.lockTimeout > 0 {
@@ -175,17 +201,10 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, atBegin, atCommit stri
 		b.WriteString(";SET LOCAL idle_in_transaction_session_timeout = ")
 		b.WriteString(strconv.FormatInt(s.idleTimeout.Milliseconds(), 10))
 	}
-	b.WriteString(";SELECT fencelock.precheck(")
-	b.WriteString(args)
+	b.WriteString(";SELECT fencelock.open(")
+	b.WriteString(openArgs)
 	b.WriteByte(')')
-	if atBegin != "" {
-		b.WriteByte(';')
-		b.WriteString(atBegin)
-	}
-	claim := "SELECT fencelock.claim(" + args + ")"
-	if atCommit != "" {
-		claim += ";" + atCommit
-	}
+	claim := "SELECT fencelock.close(" + closeArgs + ")"
 	cache := advance != "" && s.autocommits()
 	t, err := s.beginWith(ctx, advance, b.String(), claim)
 	if cache && (err == nil || errors.Is(err, guard.ErrAlreadyApplied) || errors.Is(err, ErrRunFinished)) {
@@ -196,7 +215,16 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, atBegin, atCommit stri
 	return t, err
 }
 
-// claimArgs is the argument list of precheck and claim, as literals.
+// literalOrNull is s quoted, or NULL for "".
+func literalOrNull(s string) string {
+	if s == "" {
+		return "NULL"
+	}
+	return quoteLiteral(s)
+}
+
+// claimArgs is the argument list of advance, open and close (resource,
+// token, holder[, key]), as literals.
 func claimArgs(c guard.Claim) string {
 	var b strings.Builder
 	b.WriteString(quoteLiteral(c.Resource))
@@ -230,8 +258,8 @@ func (s *Store) beginWith(ctx context.Context, advance, q, claim string) (*txn, 
 	case *pgx.Conn:
 		return beginOnConn(ctx, db, withAdvance(advance, q), claim, func() {})
 	default:
-		// Unknown DB: the advance, BEGIN, then the precheck; at commit the
-		// claim, then COMMIT. Three round trips more, same semantics.
+		// Unknown DB: the advance, BEGIN, then open; at commit close,
+		// then COMMIT. Three round trips more, same semantics.
 		if advance != "" {
 			if _, err := s.db.Exec(ctx, advance); err != nil {
 				return nil, mapError(err)
@@ -329,7 +357,7 @@ type txn struct {
 func (t *txn) Tx() pgx.Tx { return t.tx }
 
 // Commit claims the fence and commits. On a pool or a conn both go in one
-// simple-protocol round trip: "SELECT fencelock.claim(...); COMMIT". If the
+// simple-protocol round trip: "SELECT fencelock.close(...); COMMIT". If the
 // claim is refused, Postgres skips the rest of the string and the
 // transaction is left aborted; it is rolled back (one more round trip, on
 // this failure path only) and the refusal returned, mapped.
