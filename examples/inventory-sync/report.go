@@ -11,18 +11,18 @@ import (
 )
 
 func printResults(out io.Writer, results []Result) {
-	fmt.Fprintln(out, "\n| scenario  | guard | rows | expected | duplicates | stale writes rejected (by Postgres) | stale commits | overlap |")
-	fmt.Fprintln(out, "|-----------|-------|------|----------|------------|-------------------------------------|---------------|---------|")
+	fmt.Fprintln(out, "\n| scenario  | guard | rows | expected | duplicates | stale writes rejected | by Postgres | stopped on lock loss | stale commits |")
+	fmt.Fprintln(out, "|-----------|-------|------|----------|------------|-----------------------|-------------|----------------------|---------------|")
 	for _, r := range results {
-		fmt.Fprintf(out, "| %-9s | %-5s | %4d | %8d | %10d | %20d (%d)%*s | %13d | %-7v |\n",
-			r.Name, onOff(r.Guard), r.Rows, r.Expected, r.Duplicates, r.StaleRejected, r.RejectedByDB,
-			13-len(fmt.Sprint(r.RejectedByDB)), "", r.StaleCommits, r.Overlap)
+		fmt.Fprintf(out, "| %-9s | %-5s | %4d | %8d | %10d | %21d | %11d | %20d | %13d |\n",
+			r.Name, onOff(r.Guard), r.Rows, r.Expected, r.Duplicates, r.StaleRejected, r.RejectedByDB, r.Stopped, r.StaleCommits)
 	}
 	fmt.Fprintln(out, "\nCounted in the database: rows and duplicates from stock_records; the rest from sync_log, where")
 	fmt.Fprintln(out, "each chunk's 'committed' row is written in the chunk's own transaction. A stale commit is a chunk")
 	fmt.Fprintln(out, "committed by a holder after a newer holder had taken the lock (overlap = any stale commit).")
 	fmt.Fprintln(out, "A stale write is rejected by Postgres (its token is older than one the database has seen) or,")
-	fmt.Fprintln(out, "earlier, rolled back by guard because the lock was lost while the write was in flight.")
+	fmt.Fprintln(out, "earlier, rolled back by guard because the lock was lost while the write was in flight;")
+	fmt.Fprintln(out, "'stopped on lock loss' counts workers that stopped between writes when their lock context ended.")
 }
 
 // printTimeline shows, from sync_log, who held the lock when and which
