@@ -232,3 +232,69 @@ func TestFS(t *testing.T) {
 	assert.Contains(t, string(b), "-- +goose Up")
 	assert.Contains(t, string(b), "-- +goose Down")
 }
+
+// open and close called by hand, on the paths guard.Exec does not take:
+// close without a stored token (a new resource, a lower stored token)
+// stores it, as claim would; a newer stored token is FL001; a finished run
+// is FL004 at open and at close; bad arguments are 22023.
+func TestOpenCloseByHand(t *testing.T) {
+	tdb := testenv.NewDB(t)
+	db := openDB(t, tdb.URL)
+	ctx := ctxT(t)
+	require.NoError(t, migrations.Up(ctx, db))
+	tx := func(stmts ...string) error {
+		t.Helper()
+		x, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		for _, s := range stmts {
+			if _, err := x.ExecContext(ctx, s); err != nil {
+				_ = x.Rollback()
+				return err
+			}
+		}
+		return x.Commit()
+	}
+	token := func() (tok int64, holder string) {
+		t.Helper()
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT token, holder FROM fencelock.fence WHERE resource = 'r'`).Scan(&tok, &holder))
+		return
+	}
+
+	require.NoError(t, tx(`SELECT fencelock.open('r', 3, 'a', 'k1')`, `SELECT fencelock.close('r', 3, 'a', 'k1')`), "new resource")
+	tok, h := token()
+	assert.EqualValues(t, 3, tok)
+	assert.Equal(t, "a", h)
+	require.NoError(t, tx(`SELECT fencelock.close('r', 5, 'b', NULL, 'run', '7')`), "higher than stored")
+	tok, h = token()
+	assert.EqualValues(t, 5, tok)
+	assert.Equal(t, "b", h)
+
+	require.ErrorContains(t, tx(`SELECT fencelock.open('r', 4, 'a')`), "FL001")
+	require.ErrorContains(t, tx(`SELECT fencelock.close('r', 4, 'a')`), "FL001")
+	require.ErrorContains(t, tx(`SELECT fencelock.close('r', 5, 'c')`), "FL001", "same token, other holder")
+	require.ErrorContains(t, tx(`SELECT fencelock.open('r', 5, 'b', 'k1')`), "FL003")
+	require.ErrorContains(t, tx(`SELECT fencelock.close('r', 5, 'b', 'k1')`), "FL003")
+
+	var cursor string
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT cursor FROM fencelock.runs WHERE run_key = 'run'`).Scan(&cursor))
+	assert.Equal(t, "7", cursor)
+	require.NoError(t, tx(`SELECT fencelock.open('r', 5, 'b', NULL, 'run')`, `SELECT fencelock.close('r', 5, 'b', NULL, 'run', '8')`))
+	require.NoError(t, tx(`SELECT fencelock.close('r', 5, 'b', NULL, 'run', NULL, true)`))
+	require.NoError(t, tx(`SELECT fencelock.close('r', 5, 'b', NULL, 'run', NULL, true)`), "finishing twice is a no-op")
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT cursor FROM fencelock.runs WHERE run_key = 'run' AND finished AND finished_at IS NOT NULL`).Scan(&cursor))
+	assert.Equal(t, "8", cursor)
+	require.ErrorContains(t, tx(`SELECT fencelock.open('r', 5, 'b', NULL, 'run')`), "FL004")
+	require.ErrorContains(t, tx(`SELECT fencelock.close('r', 5, 'b', NULL, 'run', '9')`), "FL004")
+
+	for _, bad := range []string{
+		`SELECT fencelock.open('', 1, 'a')`, `SELECT fencelock.open('r', 0, 'a')`, `SELECT fencelock.open('r', 6, '')`,
+		`SELECT fencelock.open('r', 6, 'a', '')`, `SELECT fencelock.open('r', 6, 'a', NULL, '')`,
+		`SELECT fencelock.close('', 1, 'a')`, `SELECT fencelock.close('r', 6, 'a', '')`,
+		`SELECT fencelock.close('r', 6, 'a', NULL, '', 'x')`, `SELECT fencelock.close('r', 6, 'a', NULL, NULL, 'x')`,
+		`SELECT fencelock.close('r', 6, 'a', NULL, NULL, NULL, true)`,
+	} {
+		require.ErrorContains(t, tx(bad), "22023", bad)
+	}
+	tok, _ = token()
+	assert.EqualValues(t, 5, tok, "nothing refused was stored")
+}
