@@ -92,32 +92,9 @@ CREATE FUNCTION fencelock.precheck(p_resource text, p_token bigint, p_holder tex
 RETURNS bigint
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    cur        bigint;
-    cur_holder text;
-    prev       bigint;
 BEGIN
-    PERFORM fencelock.check_args('precheck', p_resource, p_token, p_holder);
-    SELECT f.token, f.holder INTO cur, cur_holder
-      FROM fencelock.fence f WHERE f.resource = p_resource;
-    IF NOT FOUND THEN
-        cur := 0;
-    ELSIF cur > p_token OR (cur = p_token AND cur_holder <> p_holder) THEN
-        PERFORM fencelock.raise_stale(p_resource, p_token, cur, cur_holder);
-    END IF;
-    IF p_key IS NOT NULL THEN
-        IF p_key = '' THEN
-            RAISE EXCEPTION 'fencelock: precheck: empty idempotency key' USING ERRCODE = '22023';
-        END IF;
-        SELECT a.token INTO prev FROM fencelock.applied a WHERE a.resource = p_resource AND a.key = p_key;
-        IF FOUND THEN
-            PERFORM fencelock.raise_applied(p_resource, p_key, prev);
-        END IF;
-    END IF;
-    PERFORM set_config('fencelock.resource', p_resource, true),
-            set_config('fencelock.token', p_token::text, true),
-            set_config('fencelock.holder', p_holder, true);
-    RETURN cur;
+    -- The same check guard.Exec runs at begin (open), without a run.
+    RETURN fencelock.open(p_resource, p_token, p_holder, p_key, NULL);
 END;
 $$;
 -- +goose StatementEnd
