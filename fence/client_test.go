@@ -155,9 +155,12 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 		assert.NoError(t, err)
 		got <- l
 	}()
-	// Give the waiter time to subscribe and block (ordering does not
-	// matter for correctness: subscribe-then-retry covers both orders).
-	time.Sleep(100 * time.Millisecond)
+	// Wait until the waiter has subscribed (it is then past its first
+	// attempt), so that the release is what wakes it.
+	require.Eventually(t, func() bool {
+		n, err := r.Client().PubSubNumSub(ctx, lockKey(r, "w")+":ch").Result()
+		return err == nil && n[lockKey(r, "w")+":ch"] == 1
+	}, 10*time.Second, 5*time.Millisecond)
 	select {
 	case <-got:
 		t.Fatal("acquired while held")
@@ -445,7 +448,17 @@ func TestOnePubSubConnectionPerClient(t *testing.T) {
 			}()
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // let the waiters subscribe
+	// Wait until every name's channel has its subscriber.
+	require.Eventually(t, func() bool {
+		for i := range names {
+			ch := lockKey(r, "p"+string(rune('a'+i))) + ":ch"
+			n, err := r.Client().PubSubNumSub(ctx, ch).Result()
+			if err != nil || n[ch] != 1 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond)
 	list, err := r.Client().ClientList(ctx).Result()
 	require.NoError(t, err)
 	pubsubConns := 0

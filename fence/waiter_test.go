@@ -33,7 +33,10 @@ func TestWaiterSurvivesPubSubReconnect(t *testing.T) {
 		assert.NoError(t, err)
 		got <- l
 	}()
-	time.Sleep(200 * time.Millisecond)
+	require.Eventually(t, func() bool { // the waiter has subscribed
+		n, err := r.Client().PubSubNumSub(ctx, lockKey(r, "rc")+":ch").Result()
+		return err == nil && n[lockKey(r, "rc")+":ch"] == 1
+	}, 10*time.Second, 5*time.Millisecond)
 	killed, err := r.Client().ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, killed)
