@@ -2,18 +2,27 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: test demo deps vet chaos bench fuzz
+.PHONY: test demo deps vet chaos bench
 
 # deps: redis-server from Debian when missing (root), or a clear stop.
 # Postgres 15 server binaries are expected at /usr/lib/postgresql/15/bin.
 deps:
+	@if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing gcc (go test -race needs cgo)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null) \
+	      || { echo "make: apt-get install gcc libc6-dev failed" >&2; exit 1; }; \
+	  else \
+	    echo "make: no C compiler: go test -race needs cgo; install the Debian package gcc" >&2; exit 1; \
+	  fi; \
+	fi
 	@if ! command -v redis-server >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "make: installing redis-server (Debian package redis-server)"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
 	      || { echo "make: apt-get install redis-server failed" >&2; exit 1; }; \
 	  else \
-	    echo "make: redis-server is missing: install the Debian package redis-server (sudo apt-get install redis-server), or set FENCE_TEST_REDIS_URL" >&2; exit 1; \
+	    echo "make: redis-server is missing: install the Debian package redis-server (sudo apt-get install redis-server); tests that inject faults start their own" >&2; exit 1; \
 	  fi; \
 	fi
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v pg_config >/dev/null 2>&1 && [ -z "$$FENCE_TEST_DATABASE_URL" ]; then \

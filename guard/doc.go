@@ -26,7 +26,9 @@
 //
 // Claiming at commit rather than at begin is what keeps a frozen holder
 // (SIGSTOP, GC pause, VM freeze in the middle of fn) from holding up the
-// next one: the store locks its fence only while a commit runs. The
+// next one: pgfence locks its fence only while it records a new token at
+// begin or while a commit runs (and, for writes to a table it protects,
+// until the transaction ends). The
 // invariant is the same either way: every commit checks its token under
 // the fence's lock in the committing transaction, so the tokens of
 // committed transactions never decrease in commit order.

@@ -6,7 +6,8 @@ import (
 )
 
 var (
-	// ErrStaleToken is returned by Exec (always as a *StaleTokenError) when
+	// ErrStaleToken is returned by Exec (as a *StaleTokenError when the
+	// store reports the current token, as pgfence does) when
 	// the store has already seen a higher token for the resource, or the
 	// same token from another holder: another holder took over, and nothing
 	// of this transaction is committed. Do not retry with the same token.

@@ -20,8 +20,8 @@ import (
 // it (a *pgx.Conn must not be used by two goroutines at once, as always).
 // For those two the check rides in the same round trip as BEGIN and the
 // claim in the same round trip as COMMIT; any other implementation gets a
-// correct but slower path (BEGIN, the check, ..., the claim, COMMIT: two
-// round trips more).
+// correct but slower path (the advance, BEGIN, the check, ..., the claim,
+// COMMIT: three round trips more).
 type DB interface {
 	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
