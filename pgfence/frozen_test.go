@@ -235,11 +235,18 @@ func TestLeaseLostWhileCommitInFlight(t *testing.T) {
 		time.AfterFunc(oneWay/2, func() { lose(errLeaseGone) })
 		return nil
 	})
-	var se *guard.StaleTokenError
-	require.ErrorAs(t, err, &se)
-	assert.EqualValues(t, 11, se.Current)
+	// Normally the loss lands while the commit is in flight and the claim
+	// refuses it (stale); on a stalled machine it may land before the
+	// commit is sent, and guard refuses it first. Either way nothing is
+	// visible and the error says the lease was lost.
 	require.ErrorIs(t, err, guard.ErrLeaseLost)
 	require.ErrorIs(t, err, errLeaseGone)
+	var se *guard.StaleTokenError
+	if errors.As(err, &se) {
+		assert.EqualValues(t, 11, se.Current)
+	} else {
+		t.Logf("the loss was seen before the commit was sent: %v", err)
+	}
 	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "old"))
 }
 
