@@ -157,10 +157,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 	}()
 	// Wait until the waiter has subscribed (it is then past its first
 	// attempt), so that the release is what wakes it.
-	require.Eventually(t, func() bool {
-		n, err := r.Client().PubSubNumSub(ctx, lockKey(r, "w")+":ch").Result()
-		return err == nil && n[lockKey(r, "w")+":ch"] == 1
-	}, 10*time.Second, 5*time.Millisecond)
+	waitSubscribers(t, r, "w", 1)
 	select {
 	case <-got:
 		t.Fatal("acquired while held")
@@ -449,16 +446,9 @@ func TestOnePubSubConnectionPerClient(t *testing.T) {
 		}
 	}
 	// Wait until every name's channel has its subscriber.
-	require.Eventually(t, func() bool {
-		for i := range names {
-			ch := lockKey(r, "p"+string(rune('a'+i))) + ":ch"
-			n, err := r.Client().PubSubNumSub(ctx, ch).Result()
-			if err != nil || n[ch] != 1 {
-				return false
-			}
-		}
-		return true
-	}, 10*time.Second, 5*time.Millisecond)
+	for i := range names {
+		waitSubscribers(t, r, "p"+string(rune('a'+i)), 1)
+	}
 	list, err := r.Client().ClientList(ctx).Result()
 	require.NoError(t, err)
 	pubsubConns := 0

@@ -39,6 +39,17 @@ func newClient(t testing.TB, r *testenv.Redis, rdb redis.UniversalClient, opts .
 // lockKey is the lock's key for a client made by newClient.
 func lockKey(r *testenv.Redis, name string) string { return r.Prefix + "fence:{" + name + "}" }
 
+// waitSubscribers waits until the lock's release channel has n
+// subscribers (a waiter has subscribed, or has left with n == 0).
+func waitSubscribers(t testing.TB, r *testenv.Redis, name string, n int64, msgAndArgs ...any) {
+	t.Helper()
+	ch := lockKey(r, name) + ":ch"
+	require.Eventually(t, func() bool {
+		got, err := r.Client().PubSubNumSub(context.Background(), ch).Result()
+		return err == nil && got[ch] == n
+	}, 10*time.Second, 5*time.Millisecond, msgAndArgs...)
+}
+
 // readLock reads a lock key's value '<token>:<holder>' as the scripts
 // store it; the key must exist.
 func readLock(t testing.TB, rdb *redis.Client, key string) (holder string, token int64) {

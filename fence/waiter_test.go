@@ -33,18 +33,12 @@ func TestWaiterSurvivesPubSubReconnect(t *testing.T) {
 		assert.NoError(t, err)
 		got <- l
 	}()
-	require.Eventually(t, func() bool { // the waiter has subscribed
-		n, err := r.Client().PubSubNumSub(ctx, lockKey(r, "rc")+":ch").Result()
-		return err == nil && n[lockKey(r, "rc")+":ch"] == 1
-	}, 10*time.Second, 5*time.Millisecond)
+	waitSubscribers(t, r, "rc", 1)
 	killed, err := r.Client().ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, killed)
 	// Wait until the waiter's connection is back and subscribed.
-	require.Eventually(t, func() bool {
-		n, err := r.Client().PubSubNumSub(ctx, lockKey(r, "rc")+":ch").Result()
-		return err == nil && n[lockKey(r, "rc")+":ch"] == 1
-	}, 10*time.Second, 20*time.Millisecond)
+	waitSubscribers(t, r, "rc", 1)
 	released := time.Now()
 	require.NoError(t, held.Release(ctx))
 	select {
@@ -120,10 +114,7 @@ func TestWaiterWakesOneWaiterPerRelease(t *testing.T) {
 	// Let every goroutine reach its wait (their attempts before the
 	// release are not counted); a late one only adds attempts, it cannot
 	// make the test pass.
-	require.Eventually(t, func() bool {
-		n, err := r.Client().PubSubNumSub(ctx, lockKey(r, "herd")+":ch").Result()
-		return err == nil && n[lockKey(r, "herd")+":ch"] == 1
-	}, 10*time.Second, 10*time.Millisecond)
+	waitSubscribers(t, r, "herd", 1)
 	time.Sleep(300 * time.Millisecond)
 	before := hook.n.Load()
 	require.NoError(t, held.Release(ctx))
@@ -162,10 +153,7 @@ func TestWaiterLeavingPassesWakeOn(t *testing.T) {
 		_, err := waiters.Acquire(firstCtx, "pass")
 		firstErr <- err
 	}()
-	require.Eventually(t, func() bool {
-		n, err := r.Client().PubSubNumSub(ctx, lockKey(r, "pass")+":ch").Result()
-		return err == nil && n[lockKey(r, "pass")+":ch"] == 1
-	}, 10*time.Second, 10*time.Millisecond)
+	waitSubscribers(t, r, "pass", 1)
 	time.Sleep(100 * time.Millisecond)
 	second := make(chan *fence.Lock, 1)
 	go func() {
@@ -201,10 +189,7 @@ func TestWaiterWokenWhenLocalLockLost(t *testing.T) {
 		assert.NoError(t, err)
 		got <- l
 	}()
-	require.Eventually(t, func() bool {
-		n, err := r.Client().PubSubNumSub(ctx, lockKey(r, "lost")+":ch").Result()
-		return err == nil && n[lockKey(r, "lost")+":ch"] == 1
-	}, 10*time.Second, 10*time.Millisecond)
+	waitSubscribers(t, r, "lost", 1)
 	// Someone deletes the lock by hand: no message. Refresh finds it gone,
 	// the lock is lost, and the waiter must be woken without waiting for
 	// the 20 s PTTL it saw.
@@ -231,11 +216,7 @@ func waitOnce(t *testing.T, ctx context.Context, r *testenv.Redis, holder, waite
 		assert.NoError(t, err)
 		got <- l
 	}()
-	ch := lockKey(r, name) + ":ch"
-	require.Eventually(t, func() bool {
-		n, err := r.Client().PubSubNumSub(ctx, ch).Result()
-		return err == nil && n[ch] == 1
-	}, 10*time.Second, 5*time.Millisecond)
+	waitSubscribers(t, r, name, 1)
 	time.Sleep(20 * time.Millisecond) // let the waiter's attempt find it held
 	require.NoError(t, held.Release(ctx))
 	l := <-got
@@ -282,9 +263,5 @@ func TestWaiterSubscriptionLingers(t *testing.T) {
 
 	time.Sleep(1500 * time.Millisecond) // past the linger
 	waitOnce(t, ctx, r, holder, waiters, "other")
-	ch := lockKey(r, "linger") + ":ch"
-	require.Eventually(t, func() bool {
-		n, err := r.Client().PubSubNumSub(ctx, ch).Result()
-		return err == nil && n[ch] == 0
-	}, 10*time.Second, 10*time.Millisecond, "the idle channel is unsubscribed")
+	waitSubscribers(t, r, "linger", 0, "the idle channel is unsubscribed")
 }
