@@ -169,14 +169,14 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, erro
 	// token is already stored it only reads; when it is stale it fails
 	// and Postgres skips the rest, BEGIN included. Once this Store has
 	// seen the claim stored it sends no advance at all (see advanced).
-	advance := ""
-	if !s.adv.has(c.Resource, c.Token, c.Holder) {
-		advance = "SELECT fencelock.advance(" + claimArgs(guard.Claim{Resource: c.Resource, Token: c.Token, Holder: c.Holder}) + ")"
-	}
 	// The arguments: resource, token, holder, then key and run key only
 	// when there are some (NULL is their default). open checks the run
 	// only for a step: finishing a finished run is a no-op, not an error.
 	args := claimArgs(guard.Claim{Resource: c.Resource, Token: c.Token, Holder: c.Holder})
+	advance := ""
+	if !s.adv.has(c.Resource, c.Token, c.Holder) {
+		advance = "SELECT fencelock.advance(" + args + ")"
+	}
 	openArgs, closeArgs := args, args
 	switch {
 	case run.finish:
