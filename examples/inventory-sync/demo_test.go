@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) {
 	// The demo re-executes its own binary as a worker; under `go test` that
 	// binary is this test binary.
-	if os.Getenv(workerEnv) == "1" {
+	if os.Getenv(workerEnv) == "1" || os.Getenv(demoEnv) == "1" {
 		os.Exit(run(os.Args[1:]))
 	}
 	testenv.Main(m)
