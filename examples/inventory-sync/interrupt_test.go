@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -98,4 +99,28 @@ func workersOf(t *testing.T, exe string) []string {
 		}
 	}
 	return found
+}
+
+// -json prints the JSON result and nothing else; its counts come from the
+// database (the watchdog scenario: no duplicates either way).
+func TestDemoJSONOnly(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "-json", "-scenario", "watchdog")
+	cmd.Env = append(os.Environ(), demoEnv+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, 1, "only the JSON line:\n%s", out)
+	var res struct {
+		Scenarios []Result `json:"scenarios"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &res))
+	require.Len(t, res.Scenarios, 2)
+	for _, r := range res.Scenarios {
+		assert.Equal(t, "watchdog", r.Name)
+		assert.EqualValues(t, r.Expected, r.Rows, "guard=%v", r.Guard)
+		assert.Zero(t, r.Duplicates, "guard=%v", r.Guard)
+	}
 }
