@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // hist builds synthetic histories for the checker's own tests: the checker
@@ -161,5 +163,15 @@ func TestOpsPairsEvents(t *testing.T) {
 	if len(ops) != 2 || ops[0].Outcome != OutOK || ops[0].Complete != 3 || ops[0].Value != 1 ||
 		ops[1].Outcome != OutCrash || ops[1].Batch != 3 {
 		t.Fatalf("ops = %+v", ops)
+	}
+}
+
+func TestFaultScheduleFromSeed(t *testing.T) {
+	a := faultSchedule(42, FaultKinds, 3*len(FaultKinds))
+	assert.Equal(t, a, faultSchedule(42, FaultKinds, 3*len(FaultKinds)), "-seed must reproduce the schedule")
+	assert.NotEqual(t, a, faultSchedule(43, FaultKinds, 3*len(FaultKinds)), "another seed, another schedule")
+	for b := 0; b < 3; b++ {
+		block := append([]string(nil), a[b*len(FaultKinds):(b+1)*len(FaultKinds)]...)
+		assert.ElementsMatch(t, FaultKinds, block, "block %d runs every kind once", b)
 	}
 }

@@ -69,14 +69,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, k := range cfg.Kinds {
 		rep.PerKind[k] = &KindStats{Outcomes: map[Outcome]int{}}
 	}
-	// Every block of len(Kinds) trials runs each kind once, in a seeded order.
-	order := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6b696e6473))
-	var perm []int
+	schedule := faultSchedule(cfg.Seed, cfg.Kinds, cfg.Trials)
 	for i := 0; i < cfg.Trials && ctx.Err() == nil; i++ {
-		if i%len(cfg.Kinds) == 0 {
-			perm = order.Perm(len(cfg.Kinds))
-		}
-		kind := cfg.Kinds[perm[i%len(cfg.Kinds)]]
+		kind := schedule[i]
 		rng := rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(i)+1))
 		t := &trial{n: i, kind: kind, cfg: &cfg, env: e, rec: &Recorder{}, seed: rng.Uint64()}
 		r := t.run(ctx, rng)
@@ -317,4 +312,20 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// faultSchedule is the fault kind of each trial: every block of len(kinds)
+// trials runs each kind once, in an order drawn from seed, so that -seed
+// reproduces the schedule.
+func faultSchedule(seed int64, kinds []string, trials int) []string {
+	order := rand.New(rand.NewPCG(uint64(seed), 0x6b696e6473))
+	out := make([]string, 0, trials)
+	var perm []int
+	for i := 0; i < trials; i++ {
+		if i%len(kinds) == 0 {
+			perm = order.Perm(len(kinds))
+		}
+		out = append(out, kinds[perm[i%len(kinds)]])
+	}
+	return out
 }
