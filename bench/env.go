@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -145,14 +144,4 @@ func cpuTime() float64 {
 		return 0
 	}
 	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
-}
-
-// exeDir is where relative paths (results/) are resolved: the bench module
-// directory when run with `go run .` from it.
-func exeDir() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "."
-	}
-	return filepath.Clean(wd)
 }

@@ -35,14 +35,6 @@ func median(xs []float64) float64 { return summarize(xs).Median }
 // us converts a duration to microseconds.
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-func usAll(ds []time.Duration) []float64 {
-	out := make([]float64, len(ds))
-	for i, d := range ds {
-		out[i] = us(d)
-	}
-	return out
-}
-
 // figure is one measured quantity: the per-repetition values (each itself a
 // median or a rate of that repetition), and their median and p99 across
 // repetitions. When pooled samples exist (latencies), Pooled holds their
