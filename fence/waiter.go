@@ -355,6 +355,73 @@ func (m *waiter) close() {
 	m.wg.Wait()
 }
 
+// wait is Acquire's wait for a held lock, after its first attempt failed
+// (or was skipped because waiters of this client queue for the name).
+// start is when Acquire was called: the wait limit counts from it.
+func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, start time.Time) (*Lock, error) {
+	// The wait limit counts from the call.
+	wctx, cancel := context.WithDeadlineCause(ctx, start.Add(cfg.waitLimit), cfg.waitLimitErr)
+	defer cancel()
+
+	// Held: subscribe first, then try again, so that a release between
+	// the failed attempt and the wait is seen either by the attempt or as
+	// a message.
+	waitStart := time.Now()
+	waited := func(l *Lock, err error) (*Lock, error) {
+		var tok int64
+		if l != nil {
+			tok = l.token
+			cfg.observer.Acquired(Event{Name: name, Token: tok, Duration: time.Since(start)})
+		}
+		cfg.observer.Waited(Event{Name: name, Token: tok, Duration: time.Since(waitStart), Err: err})
+		return l, err
+	}
+	var wake <-chan struct{} // nil: no notifications, expiry timer only
+	sub, behind, err := c.waiter.subscribe(wctx, k.channel)
+	switch {
+	case err == nil:
+		wake = sub.wake
+	case errors.Is(err, ErrClosed) || wctx.Err() != nil:
+		return waited(nil, c.attemptErr(wctx, err))
+	default:
+		// The pub/sub connection failed but commands may work: wait on
+		// the lock's expiry alone rather than fail.
+		cfg.logger.Warn("fence: cannot subscribe to release notifications; waiting on lock expiry only",
+			slog.String("name", name), slog.Any("err", err))
+	}
+	var (
+		l   *Lock
+		rep acquireReply
+	)
+	if sub != nil {
+		// Leaving without the lock passes a wake on to the next waiter.
+		defer func() { sub.close(l != nil) }()
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		// A waiter that joined behind others waits for its wake (the
+		// waiters ahead of it pass it on) before its first attempt; after
+		// that, every waiter has a PTTL timer as the fallback.
+		if !behind {
+			l, rep, err = c.attempt(wctx, name, k, cfg)
+			if l != nil || err != nil {
+				return waited(l, c.attemptErr(wctx, err))
+			}
+			timer.Reset(retryAfter(rep.pttl))
+		}
+		behind = false
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-c.closing:
+			return waited(nil, ErrClosed)
+		case <-wctx.Done():
+			return waited(nil, errors.Join(ErrNotAcquired, context.Cause(wctx)))
+		}
+	}
+}
+
 // retryAfter is how long a waiter sleeps when no release message comes:
 // until the lock's PTTL has elapsed, plus jitter so that waiters of one
 // expiring lock do not all retry in the same millisecond.
