@@ -3,6 +3,7 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 var (
@@ -14,17 +15,36 @@ var (
 	ErrStaleToken = errors.New("guard: stale fencing token")
 
 	// ErrAlreadyApplied is returned by Exec with WithKey when the key was
-	// applied before for the resource (by this or an earlier holder): fn did
-	// not run and nothing was written.
+	// applied before for the resource (by this or an earlier holder):
+	// nothing of this transaction is committed.
 	ErrAlreadyApplied = errors.New("guard: idempotency key already applied")
 
-	// ErrLeaseLost is returned by Exec when the lease reports that it is
-	// lost (its Done channel is closed) before the transaction starts or
-	// before it commits; the transaction is rolled back. It is joined with
-	// the lease's Err() when the lease has one. A commit already sent is
-	// not interrupted by the loss; if it fails anyway (e.g. the store
-	// refused the claim), ErrLeaseLost is joined with the store's error.
+	// ErrLeaseLost is matched (errors.Is) by the error of Exec whenever the
+	// lease was lost before the transaction started, while fn ran, or while
+	// the commit was refused; the error is then a *LeaseLostError that also
+	// matches the lease's own cause (for a *fence.Lock, fence.ErrLockLost,
+	// fence.ErrMaxHold, ...). Nothing was committed, except when the error
+	// also matches ErrUnknownOutcome or ErrTxEnded.
 	ErrLeaseLost = errors.New("guard: lease lost")
+
+	// ErrTxOwned is returned by Commit and Rollback of the transaction fn
+	// receives: Exec owns the transaction, and the call leaves it
+	// untouched. Return nil from fn to commit (with the fence check), an
+	// error to roll back. Savepoints (tx.Begin) commit and roll back as
+	// usual.
+	ErrTxOwned = errors.New("guard: the transaction belongs to guard.Exec: return nil from fn to commit it, an error to roll it back")
+
+	// ErrTxEnded is matched by the error of Exec when the transaction was
+	// no longer open after fn: fn ended it behind Exec's back (a raw
+	// COMMIT or ROLLBACK sent through Exec, a closed connection). Its
+	// writes may have committed without the fence check: check the data.
+	ErrTxEnded = errors.New("guard: the transaction was ended inside fn (a raw COMMIT or ROLLBACK): its writes may have committed without the fence check")
+
+	// ErrUnknownOutcome is matched by the error of Exec when the
+	// connection was lost, or ctx ended, while the commit was in flight:
+	// the transaction may or may not have committed. With WithKey a retry
+	// tells (ErrAlreadyApplied if it did).
+	ErrUnknownOutcome = errors.New("guard: commit outcome unknown: the connection was lost while the commit was in flight; it may have committed (retry WithKey to find out)")
 
 	// ErrInvalidLease is returned by Exec for a nil lease, an empty name,
 	// a token <= 0 or an empty holder; nothing is written.
@@ -56,3 +76,80 @@ func (e *StaleTokenError) Error() string {
 
 // Unwrap returns ErrStaleToken.
 func (e *StaleTokenError) Unwrap() error { return ErrStaleToken }
+
+// LeaseLostError is the error of Exec when the lease was lost. Cause is
+// the lease's own reason (its Err(), the cause of its context: for a
+// *fence.Lock fence.ErrLockLost, fence.ErrMaxHold, ...; nil when the
+// lease gives none). Err is what the loss ended, or the store's answer to
+// the commit (nil when nothing had started). errors.Is matches
+// ErrLeaseLost, Cause and Err.
+type LeaseLostError struct {
+	Cause error
+	Err   error
+}
+
+func (e *LeaseLostError) Error() string {
+	var b strings.Builder
+	b.WriteString(ErrLeaseLost.Error())
+	if e.Cause != nil {
+		b.WriteString(" (")
+		b.WriteString(oneLine(e.Cause.Error()))
+		b.WriteString(")")
+	}
+	if e.Err != nil {
+		b.WriteString("; ")
+		b.WriteString(oneLine(e.Err.Error()))
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrLeaseLost, Cause and Err (those that are set).
+func (e *LeaseLostError) Unwrap() []error {
+	errs := []error{ErrLeaseLost}
+	if e.Cause != nil {
+		errs = append(errs, e.Cause)
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
+}
+
+// multiError is errors.Join on one line: log lines stay lines.
+type multiError []error
+
+func (m multiError) Error() string {
+	msgs := make([]string, len(m))
+	for i, err := range m {
+		msgs[i] = oneLine(err.Error())
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (m multiError) Unwrap() []error { return m }
+
+// join is errors.Join with a one-line message; nil errors are dropped.
+func join(errs ...error) error {
+	var m multiError
+	for _, err := range errs {
+		if err != nil {
+			m = append(m, err)
+		}
+	}
+	switch len(m) {
+	case 0:
+		return nil
+	case 1:
+		return m[0]
+	}
+	return m
+}
+
+// oneLine folds the line breaks of a wrapped message (errors.Join's
+// among them) into "; ".
+func oneLine(s string) string {
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }), "; ")
+}

@@ -57,16 +57,21 @@ type ErrorMapper interface {
 
 // Txn is an open, checked transaction of a Store.
 type Txn[Tx any] interface {
-	// Tx is the handle fn writes through. It must not be used after
-	// Commit or Rollback.
+	// Tx is the handle fn writes through. Its own commit and rollback
+	// must refuse with ErrTxOwned (the Txn owns the transaction); it must
+	// not be usable after Commit or Rollback.
 	Tx() Tx
 	// Commit claims the fence (and records the key) and commits; a
 	// refused claim is an error wrapping ErrStaleToken or
 	// ErrAlreadyApplied, with nothing committed. Any error means nothing
-	// was committed, except a connection lost (or ctx ended) while the
-	// commit was in flight: then the outcome is unknown.
+	// was committed, except two that say so: ErrUnknownOutcome (the
+	// connection was lost, or ctx ended, while the commit was in flight)
+	// and ErrTxEnded (fn ended the transaction itself; Commit then sends
+	// nothing).
 	Commit(ctx context.Context) error
-	// Rollback rolls back; it is safe to call after Commit and twice.
+	// Rollback rolls back; it is safe to call after Commit and twice. It
+	// returns an error wrapping ErrTxEnded when fn had already ended the
+	// transaction itself.
 	Rollback(ctx context.Context) error
 }
 
@@ -93,8 +98,9 @@ type contexter interface {
 
 // Exec runs fn in one transaction of store that commits only if lease's
 // token is still the newest the store has seen for lease.Name() (see the
-// package documentation for the steps). fn must not commit or roll back
-// the transaction itself.
+// package documentation for the steps). The transaction belongs to Exec:
+// the tx fn receives refuses Commit and Rollback (ErrTxOwned); fn returns
+// nil to commit, an error to roll back.
 //
 // ctx bounds the whole call. If the lease has a Done channel, fn's context
 // is also cancelled when the lease is lost, so that a lost holder stops
@@ -103,14 +109,18 @@ type contexter interface {
 // store decides, and losing the lease meanwhile does not turn a commit
 // into an unknown outcome.
 //
-// Errors: ErrInvalidLease, ErrInvalidOption, ErrNilStore, ErrNilFunc for bad
-// input
-// (nothing is written); ErrLeaseLost; a *StaleTokenError (ErrStaleToken);
-// ErrAlreadyApplied; fn's own error; or the store's error. In every error
-// case nothing of the transaction is committed, with one exception no
-// client can avoid: if the connection is lost, or ctx ends, while the
-// commit is in flight, the outcome is unknown (use WithKey, and a retry
-// tells: ErrAlreadyApplied). A panic in fn rolls back and is re-raised.
+// The result keeps one invariant: err == nil if and only if fn's writes
+// are committed. Errors: ErrInvalidLease, ErrInvalidOption, ErrNilStore,
+// ErrNilFunc for bad input (nothing is written); a *LeaseLostError
+// (ErrLeaseLost and the lease's cause); a *StaleTokenError
+// (ErrStaleToken); ErrAlreadyApplied; fn's own error; or the store's
+// error. In every error case nothing of the transaction is committed,
+// with two exceptions that the error names: ErrUnknownOutcome (the
+// connection was lost, or ctx ended, while the commit was in flight: use
+// WithKey, and a retry tells with ErrAlreadyApplied) and ErrTxEnded (fn
+// sent its own COMMIT or ROLLBACK: its writes may have committed without
+// the fence check). A panic in fn rolls back and is re-raised. Every
+// message is one line.
 func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx context.Context, tx Tx) error, opts ...Option) (res Result, err error) {
 	if store == nil {
 		return Result{}, ErrNilStore
@@ -135,11 +145,12 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	if err := leaseLost(lease); err != nil {
+	if err := leaseLost(lease, nil); err != nil {
 		return Result{}, err
 	}
 
-	// fn's context ends with ctx or with the lease, whichever first. The
+	// fn's context ends with ctx or with the lease, whichever first; its
+	// cause is then a *LeaseLostError with the lease's own cause. The
 	// commit runs with the caller's ctx (parent), see below.
 	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -147,10 +158,11 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	switch l := lease.(type) {
 	case contexter:
 		// A lease with a context (*fence.Lock): a callback, no goroutine.
-		stop := context.AfterFunc(l.Context(), func() { cancel(ErrLeaseLost) })
+		lctx := l.Context()
+		stop := context.AfterFunc(lctx, func() { cancel(&LeaseLostError{Cause: context.Cause(lctx)}) })
 		defer stop()
 	case doner:
-		stop := watchLease(l.Done(), func() { cancel(ErrLeaseLost) })
+		stop := watchLease(l.Done(), func() { cancel(&LeaseLostError{Cause: leaseCause(lease)}) })
 		defer stop()
 	}
 
@@ -158,17 +170,24 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	if err != nil {
 		return Result{}, withLeaseCause(ctx, err)
 	}
-	committed := false
+	// ended is set once the transaction is committed or rolled back; the
+	// deferred rollback is for a panic in fn.
+	ended := false
 	defer func() {
-		if !committed {
-			// Rollback must run even when ctx is cancelled, and must not
-			// hang on a dead connection (the server rolls back on its own
-			// when the connection goes).
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RollbackTimeout)
-			defer cancel()
-			_ = txn.Rollback(rctx)
+		if !ended {
+			_ = rollback(ctx, txn)
 		}
 	}()
+	// abort rolls back after err and reports both err and, if fn had
+	// ended the transaction itself, ErrTxEnded: then writes may have
+	// committed, and err alone would say they did not.
+	abort := func(err error) error {
+		ended = true
+		if rerr := rollback(ctx, txn); errors.Is(rerr, ErrTxEnded) {
+			return join(rerr, err)
+		}
+		return err
+	}
 
 	if err := fn(ctx, txn.Tx()); err != nil {
 		if m, ok := store.(ErrorMapper); ok {
@@ -176,14 +195,14 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 			// store's typed error.
 			err = m.MapError(err)
 		}
-		return Result{}, withLeaseCause(ctx, err)
+		return Result{}, abort(withLeaseCause(ctx, err))
 	}
 	// Last fast-path check: a lease known to be lost does not commit.
-	if err := leaseLost(lease); err != nil {
-		return Result{}, err
+	if err := leaseLost(lease, nil); err != nil {
+		return Result{}, abort(err)
 	}
 	if err := context.Cause(ctx); err != nil {
-		return Result{}, withLeaseCause(ctx, err)
+		return Result{}, abort(withLeaseCause(ctx, err))
 	}
 	// From here the store decides. The commit must not be interrupted by
 	// the lease's loss: cancelling a COMMIT in flight cuts the connection,
@@ -191,16 +210,25 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	// committed transaction. A holder that lost its lease while the commit
 	// is on its way is rejected by the store's claim if another holder has
 	// claimed since, and commits otherwise (no newer holder has written).
+	ended = true
 	if err := txn.Commit(parent); err != nil {
 		// The lease may have been lost while the commit ran (it did not
 		// cancel it): say so, the caller's next step depends on it.
-		if lerr := leaseLost(lease); lerr != nil && !errors.Is(err, ErrLeaseLost) {
-			return Result{}, errors.Join(lerr, err)
+		if lerr := leaseLost(lease, err); lerr != nil {
+			return Result{}, lerr
 		}
 		return Result{}, withLeaseCause(ctx, err)
 	}
-	committed = true
 	return Result{Resource: c.Resource, Token: c.Token, Holder: c.Holder, Key: c.Key}, nil
+}
+
+// rollback rolls txn back even when ctx is cancelled, without hanging on
+// a dead connection (the server rolls back on its own when the connection
+// goes).
+func rollback[Tx any](ctx context.Context, txn Txn[Tx]) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RollbackTimeout)
+	defer cancel()
+	return txn.Rollback(rctx)
 }
 
 // NewClaim validates a lease and turns it into a claim (Key empty). Stores
@@ -225,8 +253,10 @@ func NewClaim(lease Lease) (Claim, error) {
 }
 
 // leaseLost is the fast path: a lease that says it is lost does not start
-// or commit a transaction.
-func leaseLost(lease Lease) error {
+// or commit a transaction. It returns nil while the lease holds, else a
+// *LeaseLostError with the lease's cause and err (what the loss ended, or
+// nil).
+func leaseLost(lease Lease, err error) error {
 	d, ok := lease.(doner)
 	if !ok {
 		return nil
@@ -236,12 +266,25 @@ func leaseLost(lease Lease) error {
 	default:
 		return nil
 	}
-	if e, ok := lease.(errer); ok {
-		if err := e.Err(); err != nil {
-			return errors.Join(ErrLeaseLost, err)
+	var ll *LeaseLostError
+	if errors.As(err, &ll) {
+		return err
+	}
+	return &LeaseLostError{Cause: leaseCause(lease), Err: err}
+}
+
+// leaseCause is the lost lease's own reason: the cause of its context, or
+// its Err().
+func leaseCause(lease Lease) error {
+	if c, ok := lease.(contexter); ok {
+		if cause := context.Cause(c.Context()); cause != nil {
+			return cause
 		}
 	}
-	return ErrLeaseLost
+	if e, ok := lease.(errer); ok {
+		return e.Err()
+	}
+	return nil
 }
 
 // watchLease calls lost when done closes; stop ends the watch and waits
@@ -264,11 +307,16 @@ func watchLease(done <-chan struct{}, lost func()) (stop func()) {
 	}
 }
 
-// withLeaseCause adds ErrLeaseLost to an error caused by the lease's loss
-// cancelling the transaction's context.
+// withLeaseCause turns an error caused by the lease's loss cancelling the
+// transaction's context (a bare "context canceled" from the driver) into
+// a *LeaseLostError that names the loss and the lease's cause.
 func withLeaseCause(ctx context.Context, err error) error {
-	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost) {
-		return errors.Join(ErrLeaseLost, err)
+	var cause *LeaseLostError
+	if !errors.As(context.Cause(ctx), &cause) || errors.As(err, new(*LeaseLostError)) {
+		return err
 	}
-	return err
+	if err == context.Cause(ctx) {
+		err = nil
+	}
+	return &LeaseLostError{Cause: cause.Cause, Err: err}
 }

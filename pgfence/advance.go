@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/jackc/pgx/v5"
 )
 
 // Advance claims the fence for lease right away, in its own transaction.
@@ -20,7 +21,10 @@ func (s *Store) Advance(ctx context.Context, lease guard.Lease) error {
 	if err := checkClaim(c); err != nil {
 		return err
 	}
-	if _, err = s.db.Exec(ctx, "SELECT fencelock.claim($1, $2, $3)", c.Resource, c.Token, c.Holder); err != nil {
+	if _, err = s.db.Exec(ctx, "SELECT fencelock.claim($1, $2, $3)", pgx.QueryExecModeExec, c.Resource, c.Token, c.Holder); err != nil {
+		if isReadOnly(err) {
+			return readOnlyError(ctx, s.db)
+		}
 		return mapError(err)
 	}
 	if s.autocommits() {

@@ -1,12 +1,14 @@
 package pgfence
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -62,6 +64,17 @@ var (
 
 	// ErrInvalidOption is returned by New for a bad option.
 	ErrInvalidOption = errors.New("pgfence: invalid option")
+
+	// ErrReadOnly is returned by guard.Exec, Run.Step, Run.Finish,
+	// Advance and Prune when the database refuses writes: a read-only
+	// default (default_transaction_read_only, for the database, the role
+	// or the session) or a hot standby. The message names which. fn did
+	// not run and nothing was written; pgfence never overrides the
+	// setting.
+	ErrReadOnly = errors.New("pgfence: the database is read-only")
+
+	// errUnexpected is a protocol answer pgfence did not expect.
+	errUnexpected = errors.New("pgfence: unexpected answer from the server")
 )
 
 // mapError turns the errors raised by the fencelock SQL functions into the
@@ -81,7 +94,7 @@ func mapError(err error) error {
 		}
 		if jerr := json.Unmarshal([]byte(pgErr.Detail), &d); jerr != nil {
 			// Still a stale token; the numbers are in the message.
-			return errors.Join(guard.ErrStaleToken, err)
+			return fmt.Errorf("%w: %w", guard.ErrStaleToken, err)
 		}
 		return &guard.StaleTokenError{Resource: d.Resource, Token: d.Token, Current: d.Current}
 	case codeApplied:
@@ -91,7 +104,7 @@ func mapError(err error) error {
 			Token    int64  `json:"token"`
 		}
 		if jerr := json.Unmarshal([]byte(pgErr.Detail), &d); jerr != nil {
-			return errors.Join(guard.ErrAlreadyApplied, err)
+			return fmt.Errorf("%w: %w", guard.ErrAlreadyApplied, err)
 		}
 		return fmt.Errorf("%w: key %q of resource %q was applied by token %d; nothing was written", guard.ErrAlreadyApplied, d.Key, d.Resource, d.Token)
 	case codeFinished:
@@ -99,7 +112,9 @@ func mapError(err error) error {
 	case codeNotClaimed:
 		return fmt.Errorf("%w: %w", ErrNotClaimed, err)
 	case "55P03": // lock_not_available: lock_timeout expired
-		return errors.Join(ErrFenceBusy, err)
+		return fmt.Errorf("%w: %w", ErrFenceBusy, err)
+	case "25006": // read_only_sql_transaction
+		return fmt.Errorf("%w (transaction_read_only is on): nothing was written: %w", ErrReadOnly, err)
 	case "22023": // invalid_parameter_value, raised by the claim functions
 		if strings.HasPrefix(pgErr.Message, "fencelock:") {
 			return fmt.Errorf("%w: %w", ErrInvalidInput, err)
@@ -118,6 +133,29 @@ func mapError(err error) error {
 // ErrNotClaimed, and so on. Other errors are returned unchanged.
 func MapError(err error) error { return mapError(err) }
 
-// MapError is MapError as a method, so that guard.Exec translates the
-// errors fn returns (guard.ErrorMapper).
-func (s *Store) MapError(err error) error { return mapError(err) }
+// isReadOnly reports whether err is Postgres refusing a write because the
+// transaction is read-only.
+func isReadOnly(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25006"
+}
+
+// readOnlyError asks the server why it is read-only, to name the setting
+// (on the failure path only: one more round trip).
+func readOnlyError(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) error {
+	var standby bool
+	var def string
+	err := q.QueryRow(ctx, "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.current_setting('default_transaction_read_only')",
+		pgx.QueryExecModeExec).Scan(&standby, &def)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w (transaction_read_only is on): fn did not run, nothing was written", ErrReadOnly)
+	case standby:
+		return fmt.Errorf("%w: the server is a hot standby (pg_is_in_recovery() is true): fn did not run, nothing was written; connect to the primary", ErrReadOnly)
+	case def == "on":
+		return fmt.Errorf("%w: default_transaction_read_only is on (set for the database, the role or the session): fn did not run, nothing was written; turn it off or connect to a writable database", ErrReadOnly)
+	}
+	return fmt.Errorf("%w (transaction_read_only is on): fn did not run, nothing was written", ErrReadOnly)
+}

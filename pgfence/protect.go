@@ -54,14 +54,20 @@ func (s *Store) Protect(ctx context.Context, table string, opts ...ProtectOption
 			return err
 		}
 	}
-	arg := ""
-	if cfg.resource != "" {
-		arg = quoteLiteral(cfg.resource)
-	}
-	sql := "CREATE OR REPLACE TRIGGER " + triggerName +
+	// DDL takes no parameters: the resource becomes a trigger argument
+	// quoted by the server (format's %L), not by hand.
+	ddl := "CREATE OR REPLACE TRIGGER " + triggerName +
 		" BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON " + id.Sanitize() +
-		" FOR EACH STATEMENT EXECUTE FUNCTION fencelock.protect_guard(" + arg + ")"
-	_, err = s.db.Exec(ctx, sql)
+		" FOR EACH STATEMENT EXECUTE FUNCTION fencelock.protect_guard(%s)"
+	if cfg.resource != "" {
+		if err := s.db.QueryRow(ctx, "SELECT pg_catalog.format($1, pg_catalog.quote_literal($2::text))",
+			pgx.QueryExecModeExec, ddl, cfg.resource).Scan(&ddl); err != nil {
+			return mapError(err)
+		}
+	} else {
+		ddl = strings.Replace(ddl, "%s", "", 1)
+	}
+	_, err = s.db.Exec(ctx, ddl)
 	return tableError(table, err)
 }
 
@@ -78,6 +84,9 @@ func ForResource(resource string) ProtectOption {
 	return func(c *protectConfig) error {
 		if resource == "" {
 			return fmt.Errorf("%w: ForResource: empty resource name", ErrInvalidOption)
+		}
+		if err := checkLen("resource name", resource, MaxResourceLen, ErrInvalidOption); err != nil {
+			return err
 		}
 		if err := checkText("resource", resource); err != nil {
 			return err

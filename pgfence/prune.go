@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Prune deletes applied idempotency keys and finished runs older than
@@ -19,8 +21,11 @@ func (s *Store) Prune(ctx context.Context, olderThan time.Duration) (int64, erro
 	err := s.db.QueryRow(ctx, `
 WITH a AS (DELETE FROM fencelock.applied WHERE applied_at < now() - $1 * interval '1 microsecond' RETURNING 1),
      r AS (DELETE FROM fencelock.runs WHERE finished AND finished_at < now() - $1 * interval '1 microsecond' RETURNING 1)
-SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM r)`, olderThan.Microseconds()).Scan(&n)
+SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM r)`, pgx.QueryExecModeExec, olderThan.Microseconds()).Scan(&n)
 	if err != nil {
+		if isReadOnly(err) {
+			return 0, readOnlyError(ctx, s.db)
+		}
 		return 0, mapError(err)
 	}
 	return n, nil

@@ -33,6 +33,9 @@ func (r *Run) check() (guard.Claim, error) {
 	if r.key == "" {
 		return c, fmt.Errorf("%w: empty run key: name the batch, e.g. \"stock-sync-2026-11-30\"", ErrInvalidInput)
 	}
+	if err := checkLen("run key", r.key, MaxKeyLen, ErrInvalidInput); err != nil {
+		return c, err
+	}
 	if err := checkText("run key", r.key); err != nil {
 		return c, err
 	}
@@ -47,7 +50,7 @@ func (r *Run) Resume(ctx context.Context) (cursor string, finished bool, err err
 		return "", false, err
 	}
 	err = r.s.db.QueryRow(ctx, "SELECT cursor, finished FROM fencelock.runs WHERE resource = $1 AND run_key = $2",
-		c.Resource, r.key).Scan(&cursor, &finished)
+		pgx.QueryExecModeExec, c.Resource, r.key).Scan(&cursor, &finished)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, nil
 	}
@@ -91,7 +94,8 @@ func (r *Run) Finish(ctx context.Context) error {
 }
 
 // runStore is the Store with a run's check at begin and its step or
-// finish at commit.
+// finish at commit. It maps fn's errors as the Store does (a protect
+// trigger's refusal inside a step comes back typed).
 type runStore struct {
 	s  *Store
 	op runOp
@@ -104,3 +108,6 @@ func (rs runStore) Begin(ctx context.Context, c guard.Claim) (guard.Txn[pgx.Tx],
 	}
 	return t, nil
 }
+
+// MapError implements guard.ErrorMapper.
+func (rs runStore) MapError(err error) error { return mapError(err) }

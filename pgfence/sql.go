@@ -1,0 +1,223 @@
+package pgfence
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The statements of a guarded transaction. Every value travels as a bound
+// parameter (text format, typed by OID), never as a literal in the SQL.
+//
+// They go out as unnamed statements of the extended protocol (Parse, Bind,
+// Describe, Execute), what pgx calls QueryExecModeExec, whatever the
+// pool's default_query_exec_mode: an unnamed statement lives only until
+// the next Parse on the same connection, inside one round trip, so it
+// works through PgBouncer's transaction pooling, which hands each
+// transaction any server connection (a named, cached prepared statement
+// may not exist there, or exist already: 26000, 42P05).
+const (
+	sqlAdvance = "SELECT fencelock.advance($1, $2, $3)"
+	sqlBegin   = "BEGIN ISOLATION LEVEL READ COMMITTED"
+	// sqlOpen checks the claim without locks, reports whether the
+	// transaction is read-only (the database's or role's default, a hot
+	// standby: fn must not run) and marks the transaction as pgfence's
+	// (fencelock.txn, transaction-local), so that the commit can tell it
+	// is still the same one. Store.openSQL appends the options' settings.
+	sqlOpen = "SELECT fencelock.open($1, $2, $3, $4, $5), pg_catalog.current_setting('transaction_read_only'), pg_catalog.set_config('fencelock.txn', '1', true)"
+	// sqlClose claims the fence, records the key and moves the run, but
+	// first checks the marker sqlOpen set: if fn ended pgfence's
+	// transaction and began another one (a raw "COMMIT; BEGIN"), the
+	// marker is gone, the cast fails (22P02, or 42704 on a connection
+	// that never saw it) and the new transaction is rolled back.
+	sqlClose  = "SELECT fencelock.close($1, $2, $3, $4, $5, $6, $7) WHERE pg_catalog.current_setting('fencelock.txn')::int = 1"
+	sqlCommit = "COMMIT"
+)
+
+// Parameter type OIDs (pg_type).
+const (
+	oidBool = 16
+	oidInt8 = 20
+	oidText = 25
+)
+
+var (
+	advanceOIDs = []uint32{oidText, oidInt8, oidText}
+	openOIDs    = []uint32{oidText, oidInt8, oidText, oidText, oidText, oidText, oidText}
+	closeOIDs   = []uint32{oidText, oidInt8, oidText, oidText, oidText, oidText, oidBool}
+)
+
+// openSQL is sqlOpen with the Store's transaction settings, as the
+// parameters after the five of open ($6, and $7 when both are set).
+func openSQL(lockTimeout, idleTimeout bool) (q string, params int) {
+	q, params = sqlOpen, 5
+	if lockTimeout {
+		params++
+		q += ", pg_catalog.set_config('lock_timeout', $" + strconv.Itoa(params) + ", true)"
+	}
+	if idleTimeout {
+		params++
+		q += ", pg_catalog.set_config('idle_in_transaction_session_timeout', $" + strconv.Itoa(params) + ", true)"
+	}
+	return q, params
+}
+
+// claimValues are a claim's and a run's parameters for advance (the first
+// three), open and close, in text format; nil is NULL.
+type claimValues struct {
+	advance [][]byte
+	open    [][]byte
+	close   [][]byte
+}
+
+func textOrNull(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
+}
+
+// values builds the parameters once per transaction. open checks the run
+// only for a step: finishing a finished run is a no-op, not an error.
+func (s *Store) values(c guard.Claim, run runOp) claimValues {
+	resource, token, holder := []byte(c.Resource), strconv.AppendInt(nil, c.Token, 10), []byte(c.Holder)
+	key := textOrNull(c.Key)
+	var openRun, runKey, cursor, finish []byte
+	switch {
+	case run.finish:
+		runKey, finish = []byte(run.key), []byte("t")
+	case run.key != "":
+		openRun, runKey, cursor, finish = []byte(run.key), []byte(run.key), []byte(run.cursor), []byte("f")
+	default:
+		finish = []byte("f")
+	}
+	return claimValues{
+		advance: [][]byte{resource, token, holder},
+		open:    s.openValues(resource, token, holder, key, openRun),
+		close:   [][]byte{resource, token, holder, key, runKey, cursor, finish},
+	}
+}
+
+func (s *Store) openValues(vals ...[]byte) [][]byte {
+	if s.lockTimeoutText != nil {
+		vals = append(vals, s.lockTimeoutText)
+	}
+	if s.idleTimeoutText != nil {
+		vals = append(vals, s.idleTimeoutText)
+	}
+	return vals
+}
+
+// args turns text parameters into arguments for pgx's Exec/Query with
+// QueryExecModeExec (the generic DB path).
+func args(vals [][]byte, oids []uint32) []any {
+	out := make([]any, 0, len(vals)+1)
+	out = append(out, pgx.QueryExecModeExec)
+	for i, v := range vals {
+		switch {
+		case v == nil:
+			out = append(out, nil)
+		case oids[i] == oidInt8:
+			n, _ := strconv.ParseInt(string(v), 10, 64)
+			out = append(out, n)
+		case oids[i] == oidBool:
+			out = append(out, string(v) == "t")
+		default:
+			out = append(out, string(v))
+		}
+	}
+	return out
+}
+
+// stmt is one statement of a pipeline.
+type stmt struct {
+	sql  string
+	vals [][]byte
+	oids []uint32
+}
+
+// stmtResult is what a pipelined statement returned: its first row (copied),
+// its command tag, or the server's error. skipped means Postgres did not
+// run it because an earlier statement of its segment failed.
+type stmtResult struct {
+	row     [][]byte
+	tag     pgconn.CommandTag
+	err     error
+	skipped bool
+}
+
+// pipeline sends segments of statements in one round trip, each segment
+// ended by a Sync (which commits an implicit transaction and is where
+// Postgres resumes after an error), and reads every result. A non-nil
+// error is not the server's answer to a statement (that is in the
+// results) but a lost connection or an ended ctx; sent says whether any
+// byte may have reached the server.
+func pipeline(ctx context.Context, conn *pgconn.PgConn, segments ...[]stmt) (res [][]stmtResult, sent bool, err error) {
+	p := conn.StartPipeline(ctx)
+	for _, seg := range segments {
+		for _, st := range seg {
+			p.SendQueryParams(st.sql, st.vals, st.oids, nil, nil)
+		}
+		p.SendPipelineSync()
+	}
+	if err := p.Flush(); err != nil {
+		_ = p.Close()
+		return nil, !pgconn.SafeToRetry(err), err
+	}
+	res = make([][]stmtResult, len(segments))
+	for i, seg := range segments {
+		res[i] = make([]stmtResult, len(seg))
+		synced := false
+		for j := range seg {
+			r, err := p.GetResults()
+			if err != nil {
+				if _, ok := err.(*pgconn.PgError); ok {
+					res[i][j].err = err
+					continue
+				}
+				_ = p.Close()
+				return res, true, err
+			}
+			switch r := r.(type) {
+			case *pgconn.PipelineSync:
+				// An earlier statement failed: Postgres skipped the rest.
+				for k := j; k < len(seg); k++ {
+					res[i][k].skipped = true
+				}
+				synced = true
+			case *pgconn.ResultReader:
+				if r.NextRow() {
+					for _, v := range r.Values() {
+						res[i][j].row = append(res[i][j].row, append([]byte(nil), v...))
+					}
+				}
+				tag, err := r.Close()
+				if err != nil {
+					if _, ok := err.(*pgconn.PgError); !ok {
+						_ = p.Close()
+						return res, true, err
+					}
+				}
+				res[i][j].tag, res[i][j].err = tag, err
+			}
+			if synced {
+				break
+			}
+		}
+		if !synced {
+			r, err := p.GetResults()
+			if err != nil {
+				_ = p.Close()
+				return res, true, err
+			}
+			if _, ok := r.(*pgconn.PipelineSync); !ok {
+				_ = p.Close()
+				return res, true, errUnexpected
+			}
+		}
+	}
+	return res, true, p.Close()
+}

@@ -1,0 +1,314 @@
+package pgfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// txn is an open, checked transaction: guard.Txn. fn writes through tx;
+// the transaction itself is begun and ended only here.
+//
+// The begin is one round trip (a pipeline): advance, Sync (its own
+// implicit transaction commits there, so the token is recorded before fn
+// reads anything), then BEGIN and open, Sync. The commit is one more:
+// close, COMMIT, Sync. Why the claim waits for the commit: claiming locks
+// the fence row until the transaction ends; taken at BEGIN, a holder
+// frozen in the middle of its transaction (SIGSTOP, GC, VM freeze) would
+// keep every later holder waiting, which is the failure this library
+// exists for. Taken in the round trip that carries COMMIT (and by advance,
+// in its own little transaction before BEGIN), the lock lasts only as long
+// as those, and the invariant holds all the same: every commit checks its
+// token under the fence row lock in the committing transaction, so
+// committed tokens per resource never decrease in commit order.
+type txn struct {
+	s  *Store
+	tx *fnTx
+	// conn is the connection the transaction runs on (pool or conn);
+	// nil on the generic path, where inner is the DB's own transaction.
+	conn  *pgx.Conn
+	inner pgx.Tx
+	// closeVals are fencelock.close's parameters.
+	closeVals [][]byte
+	// ended is set once Commit or Rollback has run.
+	ended   bool
+	release func()
+}
+
+func (t *txn) Tx() pgx.Tx { return t.tx }
+
+// begin opens a checked transaction for c (and a run's step or finish).
+func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, error) {
+	if err := checkClaim(c); err != nil {
+		return nil, err
+	}
+	v := s.values(c, run)
+	// Once this Store has seen the claim stored it sends no advance at
+	// all (see advanced); when the token is already stored, advance only
+	// reads; when it is stale it fails, and so does open.
+	advance := !s.adv.has(c.Resource, c.Token, c.Holder)
+	cache := advance && s.autocommits()
+	var (
+		t      *txn
+		advErr error
+		err    error
+	)
+	switch db := s.db.(type) {
+	case *pgxpool.Pool:
+		pc, aerr := db.Acquire(ctx)
+		if aerr != nil {
+			return nil, mapError(aerr)
+		}
+		t, advErr, err = s.beginOnConn(ctx, pc.Conn(), v, advance, pc.Release)
+	case *pgx.Conn:
+		t, advErr, err = s.beginOnConn(ctx, db, v, advance, func() {})
+	default:
+		t, advErr, err = s.beginGeneric(ctx, v, advance)
+	}
+	if cache && advance && advErr == nil && (err == nil || errors.Is(err, guard.ErrAlreadyApplied)) {
+		// advance committed: the token is stored.
+		s.adv.add(c.Resource, c.Token, c.Holder)
+	}
+	return t, err
+}
+
+// beginOnConn runs the begin round trip on conn. advErr is advance's own
+// error (nil when it ran and committed, or was not sent).
+func (s *Store) beginOnConn(ctx context.Context, conn *pgx.Conn, v claimValues, advance bool, release func()) (t *txn, advErr, err error) {
+	var segs [][]stmt
+	if advance {
+		segs = append(segs, []stmt{{sqlAdvance, v.advance, advanceOIDs}})
+	}
+	segs = append(segs, []stmt{{sqlBegin, nil, nil}, {s.openSQL, v.open, openOIDs[:len(v.open)]}})
+	res, _, err := pipeline(ctx, conn.PgConn(), segs...)
+	fail := func(err error) (*txn, error, error) {
+		rollbackConn(ctx, conn)
+		release()
+		return nil, advErr, err
+	}
+	if err != nil {
+		// The connection is lost or ctx ended; the server rolls back
+		// whatever it had begun (advance may have committed: harmless,
+		// it only records the token).
+		return fail(mapError(err))
+	}
+	if advance {
+		advErr = res[0][0].err
+	}
+	b, o := res[len(res)-1][0], res[len(res)-1][1]
+	if o.err == nil && !o.skipped && len(o.row) > 1 && string(o.row[1]) == "on" ||
+		isReadOnly(advErr) || isReadOnly(o.err) {
+		// Read-only: fn must not run. The transaction is rolled back
+		// before asking why, to name the setting.
+		rollbackConn(ctx, conn)
+		return fail(readOnlyError(ctx, conn))
+	}
+	switch {
+	case advErr != nil:
+		return fail(mapError(advErr))
+	case b.err != nil:
+		return fail(mapError(b.err))
+	case o.err != nil:
+		return fail(mapError(o.err))
+	case o.skipped || b.skipped:
+		return fail(errUnexpected)
+	}
+	return &txn{s: s, tx: &fnTx{q: conn, conn: conn}, conn: conn, closeVals: v.close, release: release}, nil, nil
+}
+
+// beginGeneric is the begin for a DB other than a pool or a conn: advance,
+// BEGIN, open, one statement at a time.
+func (s *Store) beginGeneric(ctx context.Context, v claimValues, advance bool) (t *txn, advErr, err error) {
+	if advance {
+		if _, advErr = s.db.Exec(ctx, sqlAdvance, args(v.advance, advanceOIDs)...); advErr != nil {
+			if isReadOnly(advErr) {
+				return nil, advErr, readOnlyError(ctx, s.db)
+			}
+			return nil, advErr, mapError(advErr)
+		}
+	}
+	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, nil, mapError(err)
+	}
+	var row [][]byte
+	rows, err := tx.Query(ctx, s.openSQL, args(v.open, openOIDs)...)
+	if err == nil {
+		if rows.Next() {
+			for _, b := range rows.RawValues() {
+				row = append(row, append([]byte(nil), b...))
+			}
+		}
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil || len(row) > 1 && string(row[1]) == "on" {
+		_ = rollbackTx(ctx, tx)
+		if err == nil || isReadOnly(err) {
+			return nil, nil, readOnlyError(ctx, s.db)
+		}
+		return nil, nil, mapError(err)
+	}
+	return &txn{s: s, tx: &fnTx{q: tx, conn: tx.Conn()}, inner: tx, closeVals: v.close, release: func() {}}, nil, nil
+}
+
+// Commit claims the fence and commits, in one round trip on a pool or a
+// conn: close, then COMMIT. If the claim is refused, Postgres skips the
+// COMMIT and the transaction is left aborted; it is rolled back (one more
+// round trip, on this failure path only) and the refusal returned, mapped.
+// If fn ended the transaction itself, nothing is sent and the error says
+// so (guard.ErrTxEnded). If the connection breaks once the commit is sent,
+// the outcome is unknown (guard.ErrUnknownOutcome).
+func (t *txn) Commit(ctx context.Context) error {
+	if t.ended {
+		return pgx.ErrTxClosed
+	}
+	t.ended = true
+	t.tx.closed = true
+	defer t.release()
+	if err := t.stillOpen(); err != nil {
+		t.rollback(ctx)
+		return err
+	}
+	if t.conn == nil {
+		return t.commitGeneric(ctx)
+	}
+	res, sent, err := pipeline(ctx, t.conn.PgConn(), []stmt{{sqlClose, t.closeVals, closeOIDs}, {sqlCommit, nil, nil}})
+	if err != nil {
+		rollbackConn(ctx, t.conn)
+		switch {
+		case len(res) > 0 && res[0][0].err != nil:
+			// The claim was refused before the connection went: COMMIT
+			// was skipped, nothing committed.
+			return t.closeError(res[0][0].err)
+		case !sent:
+			return fmt.Errorf("pgfence: commit not sent, nothing was committed: %w", mapError(err))
+		}
+		return fmt.Errorf("%w: %w", guard.ErrUnknownOutcome, err)
+	}
+	if cl := res[0][0]; cl.err != nil {
+		rollbackConn(ctx, t.conn)
+		return t.closeError(cl.err)
+	}
+	cm := res[0][1]
+	if cm.err != nil {
+		rollbackConn(ctx, t.conn)
+		return mapError(cm.err)
+	}
+	if cm.tag.String() != "COMMIT" {
+		rollbackConn(ctx, t.conn)
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+func (t *txn) commitGeneric(ctx context.Context) error {
+	if _, err := t.inner.Exec(ctx, sqlClose, args(t.closeVals, closeOIDs)...); err != nil {
+		_ = rollbackTx(ctx, t.inner)
+		return t.closeError(err)
+	}
+	err := t.inner.Commit(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrTxCommitRollback):
+		return err
+	}
+	// A failed COMMIT may leave the transaction open (e.g. ctx ended
+	// before it was sent); make sure it is gone.
+	_ = rollbackTx(ctx, t.inner)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+		return mapError(err)
+	}
+	return fmt.Errorf("%w: %w", guard.ErrUnknownOutcome, err)
+}
+
+// closeError maps the error of fencelock.close: the marker check's
+// failure means fn ended pgfence's transaction and began another.
+func (t *txn) closeError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "22P02" || pgErr.Code == "42704") {
+		return fmt.Errorf("%w: fn ended the transaction and began another one, which was rolled back", guard.ErrTxEnded)
+	}
+	return mapError(err)
+}
+
+// stillOpen checks, before the commit, that the connection is still in
+// the transaction pgfence opened: fn may have sent its own COMMIT or
+// ROLLBACK (idle), or let a statement fail and returned nil (aborted).
+func (t *txn) stillOpen() error {
+	conn := t.tx.conn
+	if conn == nil {
+		return nil
+	}
+	if conn.IsClosed() {
+		return fmt.Errorf("pgfence: the connection closed before the commit was sent (%w): the server rolled the transaction back, unless fn committed it itself", guard.ErrTxEnded)
+	}
+	switch conn.PgConn().TxStatus() {
+	case 'I':
+		return fmt.Errorf("%w: the connection was idle after fn; nothing more was sent", guard.ErrTxEnded)
+	case 'E':
+		return fmt.Errorf("%w: a statement in fn failed and fn returned nil; the transaction was rolled back, nothing was written", pgx.ErrTxCommitRollback)
+	}
+	return nil
+}
+
+// Rollback rolls back. It reports guard.ErrTxEnded when fn had ended the
+// transaction itself (the connection was idle).
+func (t *txn) Rollback(ctx context.Context) error {
+	if t.ended {
+		return nil
+	}
+	t.ended = true
+	t.tx.closed = true
+	defer t.release()
+	if conn := t.tx.conn; conn != nil && !conn.IsClosed() && conn.PgConn().TxStatus() == 'I' {
+		t.rollback(ctx)
+		return fmt.Errorf("%w: the connection was idle after fn", guard.ErrTxEnded)
+	}
+	return t.rollback(ctx)
+}
+
+func (t *txn) rollback(ctx context.Context) error {
+	if t.conn != nil {
+		rollbackConn(ctx, t.conn)
+		return nil
+	}
+	err := rollbackTx(ctx, t.inner)
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return nil
+	}
+	return mapError(err)
+}
+
+// rollbackConn ends whatever transaction is left open on conn after a
+// failed statement, so the connection goes back to the pool idle; if that
+// fails, it closes the connection (the pool drops a connection that is
+// closed or not idle).
+func rollbackConn(ctx context.Context, conn *pgx.Conn) {
+	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+		_ = conn.PgConn().Close(rctx)
+	}
+}
+
+// cleanupTimeout bounds a rollback that runs after the caller's context
+// ended.
+const cleanupTimeout = 5 * time.Second
+
+func rollbackTx(ctx context.Context, tx pgx.Tx) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return tx.Rollback(rctx)
+}
