@@ -18,11 +18,21 @@
 //     (as pgfence's Advance does), so that an older holder can no longer
 //     commit over what fn reads; with [WithKey], if the key was applied
 //     before, fn does not run and Exec returns [ErrAlreadyApplied];
-//  2. runs fn; an error, a panic or a cancelled ctx rolls back;
+//  2. runs fn with a tx that the store implements: fn writes through it,
+//     but cannot commit or roll back (its Commit and Rollback return
+//     [ErrTxOwned]); an error, a panic or a cancelled ctx rolls back;
 //  3. claims the fence and commits, together: the claim is accepted if the
 //     stored token is lower (the new one is stored) or equal with the same
 //     holder, and records the key; otherwise nothing is committed and Exec
 //     returns [ErrStaleToken] or [ErrAlreadyApplied].
+//
+// Whatever happens, err == nil if and only if fn's writes are committed,
+// with two errors that say the outcome is not known: [ErrUnknownOutcome]
+// (the connection was lost while the commit was in flight) and
+// [ErrTxEnded] (fn ended the transaction itself, with a raw COMMIT or
+// ROLLBACK). A lost lease is named whenever it ends a call: the error is a
+// [*LeaseLostError], matching [ErrLeaseLost] and the lease's own cause.
+// Every message is one line.
 //
 // Claiming at commit rather than at begin is what keeps a frozen holder
 // (SIGSTOP, GC pause, VM freeze in the middle of fn) from holding up the
@@ -35,7 +45,8 @@
 //
 // If the lease has a Done() <-chan struct{} method (a *fence.Lock has) and
 // it is closed, Exec neither starts nor commits ([ErrLeaseLost]), and fn's
-// context is cancelled. That is a fast path only: the store's check is the
+// context is cancelled (with the lease's Context, for a *fence.Lock, its
+// cause is the lock's). That is a fast path only: the store's check is the
 // guarantee. Once the commit is sent, a lease lost meanwhile does not
 // interrupt it (that would make its outcome unknown); the store decides.
 package guard

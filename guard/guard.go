@@ -142,10 +142,12 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 		}
 	}
 	c.Key = cfg.key
-	if err := ctx.Err(); err != nil {
+	// The lease first: ctx may be the lease's own context (lock.Context()),
+	// and its loss must be named as such.
+	if err := leaseLost(lease, nil); err != nil {
 		return Result{}, err
 	}
-	if err := leaseLost(lease, nil); err != nil {
+	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
 
@@ -166,9 +168,18 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 		defer stop()
 	}
 
+	// fail names a lost lease in any error: the driver reports a
+	// cancelled context ("context canceled"), the lease knows why.
+	fail := func(err error) error {
+		if lerr := leaseLost(lease, err); lerr != nil {
+			return lerr
+		}
+		return withLeaseCause(ctx, err)
+	}
+
 	txn, err := store.Begin(ctx, c)
 	if err != nil {
-		return Result{}, withLeaseCause(ctx, err)
+		return Result{}, fail(err)
 	}
 	// ended is set once the transaction is committed or rolled back; the
 	// deferred rollback is for a panic in fn.
@@ -195,14 +206,14 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 			// store's typed error.
 			err = m.MapError(err)
 		}
-		return Result{}, abort(withLeaseCause(ctx, err))
+		return Result{}, abort(fail(err))
 	}
 	// Last fast-path check: a lease known to be lost does not commit.
 	if err := leaseLost(lease, nil); err != nil {
 		return Result{}, abort(err)
 	}
 	if err := context.Cause(ctx); err != nil {
-		return Result{}, abort(withLeaseCause(ctx, err))
+		return Result{}, abort(fail(err))
 	}
 	// From here the store decides. The commit must not be interrupted by
 	// the lease's loss: cancelling a COMMIT in flight cuts the connection,
@@ -214,10 +225,7 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	if err := txn.Commit(parent); err != nil {
 		// The lease may have been lost while the commit ran (it did not
 		// cancel it): say so, the caller's next step depends on it.
-		if lerr := leaseLost(lease, err); lerr != nil {
-			return Result{}, lerr
-		}
-		return Result{}, withLeaseCause(ctx, err)
+		return Result{}, fail(err)
 	}
 	return Result{Resource: c.Resource, Token: c.Token, Holder: c.Holder, Key: c.Key}, nil
 }
@@ -314,9 +322,6 @@ func withLeaseCause(ctx context.Context, err error) error {
 	var cause *LeaseLostError
 	if !errors.As(context.Cause(ctx), &cause) || errors.As(err, new(*LeaseLostError)) {
 		return err
-	}
-	if err == context.Cause(ctx) {
-		err = nil
 	}
 	return &LeaseLostError{Cause: cause.Cause, Err: err}
 }

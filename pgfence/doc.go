@@ -10,22 +10,33 @@
 //
 // # The transaction
 //
-// It is READ COMMITTED, and it costs no round trip over the same writes
-// in a plain transaction:
+// pgfence owns it. fn gets a pgx.Tx implemented here: its statements go
+// straight to the connection, but its Commit and Rollback return
+// [guard.ErrTxOwned] and touch nothing, and its Begin makes a savepoint.
+// fn returns nil to commit, an error to roll back. If fn ends the
+// transaction anyway (a raw COMMIT or ROLLBACK through Exec), the commit
+// finds the connection no longer in pgfence's transaction, sends nothing,
+// and Exec says the writes may have committed without the fence check
+// ([guard.ErrTxEnded]). Once Exec returns, the tx is closed.
 //
-//   - the BEGIN round trip first runs fencelock.advance in a transaction of
-//     its own (a stale token fails there, [guard.ErrStaleToken]; a newer
-//     one is stored and committed at once, so an older holder that read
-//     before it froze cannot commit over what fn reads; a Store that has
-//     already seen this lease's token stored skips it), then BEGIN and
-//     fencelock.open, which locks nothing: a stale token, an applied key
-//     ([guard.ErrAlreadyApplied]) or a finished run ([ErrRunFinished])
-//     fails there, before fn writes anything;
-//   - the COMMIT round trip runs fencelock.close, then COMMIT: close
-//     locks the fence row of the resource, checks the token (stores it if
-//     it is not yet), records the key, moves a run's cursor, and the
-//     transaction commits only if it was accepted. A refused close rolls
-//     everything back.
+// It is READ COMMITTED and costs no round trip over the same writes in a
+// plain transaction. Each step is one pipeline of bound parameters:
+//
+//   - begin: fencelock.advance(resource, token, holder), Sync (its own
+//     implicit transaction commits there: the token is recorded before fn
+//     reads anything, so an older holder that read before it froze cannot
+//     commit over what fn reads; a stale token fails, [guard.ErrStaleToken];
+//     a Store that has already seen this lease's token stored skips it),
+//     then BEGIN and fencelock.open(...), Sync. open locks nothing: a stale
+//     token, an applied key ([guard.ErrAlreadyApplied]) or a finished run
+//     ([ErrRunFinished]) fails there, before fn writes anything, and so
+//     does a read-only transaction ([ErrReadOnly]: a read-only database
+//     or role default, a hot standby; pgfence never overrides it).
+//   - commit: fencelock.close(...), COMMIT, Sync. close locks the fence row
+//     of the resource, checks the token (stores it if it is not yet),
+//     records the key and moves a run's cursor; if it refuses, Postgres
+//     skips the COMMIT and the transaction is rolled back. A connection
+//     lost once the commit is sent gives [guard.ErrUnknownOutcome].
 //
 // Because every commit takes the fence row lock and checks its token in
 // the committing transaction, committed tokens per resource never decrease
@@ -42,6 +53,23 @@
 // until its transaction ends. [WithIdleTimeout] lets the database end such
 // a transaction, [WithLockTimeout] bounds the wait.
 //
+// # Poolers
+//
+// pgfence's own statements are unnamed statements of the extended
+// protocol (pgx's QueryExecModeExec), whatever the pool's
+// default_query_exec_mode, so they work through PgBouncer in transaction
+// pooling mode. fn's statements use the pool's mode: behind a transaction
+// pooler use QueryExecModeExec, QueryExecModeCacheDescribe or
+// QueryExecModeSimpleProtocol (default_query_exec_mode=exec in the
+// connection string), because pgx's default, QueryExecModeCacheStatement,
+// prepares named statements on whichever server connection the pooler
+// lent, and the next transaction may get another one (26000, 42P05).
+//
+// # Limits
+//
+// Resource and holder names and keys are checked before anything is sent
+// ([MaxResourceLen], [MaxHolderLen], [MaxKeyLen]: they are btree keys).
+//
 // # Also here
 //
 //   - [Store.Advance] claims right after acquiring, so a paused previous
@@ -49,9 +77,7 @@
 //   - [Store.Protect] installs a trigger that fences every writer of a
 //     table, raw SQL and other languages included: they call
 //     SELECT fencelock.claim(resource, token, holder) first in the same
-//     transaction (a writer that only calls fencelock.precheck is fenced
-//     too: the trigger claims for it). [ForResource] binds the table to
-//     one lock name.
+//     transaction. [ForResource] binds the table to one lock name.
 //   - [Store.Run]: resumable runs, a long batch in fenced steps with a
 //     cursor.
 //   - [Store.Prune] deletes old idempotency keys and finished runs.
@@ -60,5 +86,5 @@
 //
 // The fencelock schema must be installed first (package migrations);
 // without it every call returns [ErrSchemaMissing], which names the
-// command to run.
+// command to run. Every error message is one line.
 package pgfence

@@ -1,0 +1,90 @@
+package pgfence_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Names past the limits are refused before anything is sent: a clear
+// error, no fn, no fence row. Before, a ~2.7 KB name failed with a raw
+// "index row size ... exceeds btree version 4 maximum" (54000) after fn
+// ran; and the limits themselves fit the btree (a name at the limit
+// works, with a key at the limit).
+func TestOversizedNames(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	ctx := testCtx(t)
+	var writes atomic.Int64
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{Conn: c, writes: &writes}, nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	s := newStore(t, conn)
+
+	long := func(n int) string { return strings.Repeat("é", n/2) + strings.Repeat("x", n%2) }
+	ran := false
+	fn := func(ctx context.Context, tx pgx.Tx) error {
+		ran = true
+		return insertStock("x", 1)(ctx, tx)
+	}
+	before := writes.Load()
+	for _, tc := range []struct {
+		name string
+		err  error
+		call func() error
+	}{
+		{"resource", guard.ErrInvalidLease, func() error {
+			_, err := guard.Exec(ctx, s, lease{long(2800), 1, "a"}, fn)
+			return err
+		}},
+		{"holder", guard.ErrInvalidLease, func() error {
+			_, err := guard.Exec(ctx, s, lease{"r", 1, long(pgfence.MaxHolderLen + 1)}, fn)
+			return err
+		}},
+		{"key", guard.ErrInvalidOption, func() error {
+			_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, fn, guard.WithKey(long(pgfence.MaxKeyLen+1)))
+			return err
+		}},
+		{"run key", pgfence.ErrInvalidInput, func() error {
+			return s.Run(lease{"r", 1, "a"}, long(pgfence.MaxKeyLen+1)).Step(ctx, "1", fn)
+		}},
+		{"advance", guard.ErrInvalidLease, func() error { return s.Advance(ctx, lease{long(pgfence.MaxResourceLen + 1), 1, "a"}) }},
+		{"protect", pgfence.ErrInvalidOption, func() error {
+			return s.Protect(ctx, "stock", pgfence.ForResource(long(pgfence.MaxResourceLen+1)))
+		}},
+	} {
+		err := tc.call()
+		require.ErrorIs(t, err, tc.err, tc.name)
+		require.ErrorIs(t, err, pgfence.ErrInvalidInput, tc.name)
+		assert.Contains(t, err.Error(), "at most", tc.name)
+		assert.NotContains(t, err.Error(), "\n", tc.name)
+	}
+	assert.Equal(t, before, writes.Load(), "nothing was sent")
+	assert.False(t, ran)
+	assert.Zero(t, count(t, db.Pool, "SELECT count(*) FROM fencelock.fence"))
+
+	// At the limits, everything fits.
+	atLimit := lease{long(pgfence.MaxResourceLen), 1, long(pgfence.MaxHolderLen)}
+	_, err = guard.Exec(ctx, s, atLimit, fn, guard.WithKey(long(pgfence.MaxKeyLen)))
+	require.NoError(t, err)
+	require.NoError(t, s.Run(atLimit, long(pgfence.MaxKeyLen)).Step(ctx, "1", nil))
+	assert.True(t, ran)
+}
