@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+func newLocks(t *testing.T, r *testenv.Redis, opts ...fence.Option) *fence.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	locks, err := fence.New(rdb, append([]fence.Option{fence.WithPrefix(r.Prefix)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locks.Close(context.Background()) })
+	return locks
+}
+
+func TestMigrateUpDownStatus(t *testing.T) {
+	db := testenv.NewDB(t)
+	code, out, errOut := fencectl(t, "migrate", "status", "--db", db.URL)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "pending")
+
+	code, _, errOut = fencectl(t, "tokens", "show", "--db", db.URL)
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, errOut, "fencectl migrate up", "a missing schema says how to install it")
+	assert.Contains(t, errOut, "-table fencelock_db_version", "and the goose command with its table")
+
+	code, out, errOut = fencectl(t, "migrate", "up", "--db", db.URL)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "up to date")
+	code, out, _ = fencectl(t, "migrate", "status", "--db", db.URL, "-o", "json")
+	require.Equal(t, exitOK, code)
+	var st []migrationJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.NotEmpty(t, st)
+	for _, s := range st {
+		assert.Equal(t, "applied", s.State, s.File)
+		assert.NotEmpty(t, s.AppliedAt)
+	}
+
+	code, _, errOut = fencectl(t, "migrate", "down", "--db", db.URL)
+	require.Equal(t, exitOK, code, errOut)
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_namespace WHERE nspname = 'fencelock'`).Scan(&n))
+	assert.Zero(t, n, "migrate down removes the schema")
+}
+
+// locks inspect shows the holder; release --force shows it, asks, and
+// releases only on yes; the holder's lock is then lost and a waiter gets it.
+func TestLocksInspectAndRelease(t *testing.T) {
+	ctx := ctxT(t)
+	r := testenv.NewRedis(t)
+	holder := newLocks(t, r, fence.WithLease(600*time.Millisecond))
+	lock, err := holder.Acquire(ctx, "job")
+	require.NoError(t, err)
+
+	code, out, errOut := fencectl(t, "locks", "inspect", "job", "idle", "--redis", r.Addr, "--prefix", r.Prefix, "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	var infos []lockJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &infos), out)
+	require.Len(t, infos, 2)
+	assert.True(t, infos[0].Held)
+	assert.Equal(t, lock.Holder(), infos[0].Holder)
+	assert.Equal(t, lock.Token(), infos[0].Token)
+	assert.Positive(t, infos[0].TTLMs)
+	assert.Equal(t, lock.Token(), infos[0].Counter)
+	assert.False(t, infos[1].Held)
+
+	code, out, _ = fencectl(t, "locks", "inspect", "job", "--redis", r.Addr, "--prefix", r.Prefix)
+	require.Equal(t, exitOK, code)
+	assert.Regexp(t, `NAME\s+HELD\s+HOLDER\s+TOKEN\s+TTL\s+COUNTER`, out)
+	assert.Contains(t, out, lock.Holder())
+
+	// No: nothing changes.
+	code, out, errOut = fencectlIn(t, "n\n", "locks", "release", "job", "--force", "--redis", r.Addr, "--prefix", r.Prefix)
+	assert.Equal(t, exitAborted, code)
+	assert.Contains(t, out, "job is held by "+lock.Holder())
+	assert.Contains(t, errOut, "nothing was changed")
+	require.NoError(t, lock.Err())
+
+	// A waiter is woken by the release's message, not by the lease.
+	waiter := newLocks(t, r)
+	got := make(chan *fence.Lock, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, "job")
+		assert.NoError(t, err)
+		got <- l
+	}()
+	code, out, errOut = fencectlIn(t, "y\n", "locks", "release", "job", "--force", "--redis", r.Addr, "--prefix", r.Prefix)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "released job (was held by "+lock.Holder())
+	select {
+	case <-lock.Done():
+		assert.ErrorIs(t, lock.Err(), fence.ErrLockLost, "the holder learns at its next renewal")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder did not notice the forced release")
+	}
+	l2 := <-got
+	require.NotNil(t, l2)
+	assert.Greater(t, l2.Token(), lock.Token())
+
+	code, out, _ = fencectl(t, "locks", "release", "idle", "--force", "--yes", "--redis", r.Addr, "--prefix", r.Prefix)
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "idle is not held")
+	require.NoError(t, l2.Release(ctx))
+}
+
+// After Redis lost the counter and its clock is behind the database's
+// token, new holders are rejected; tokens show says "behind", doctor fails
+// naming the repair, tokens repair fixes it.
+func TestTokensShowAndRepair(t *testing.T) {
+	ctx := ctxT(t)
+	r := testenv.NewRedis(t)
+	db := migratedDB(t)
+	store, err := pgfence.New(db.Pool)
+	require.NoError(t, err)
+	locks := newLocks(t, r)
+
+	const ahead = int64(1) << 52
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fencelock.fence (resource, token, holder) VALUES ('job', $1, 'old'), ('fine', 1, 'old')`, ahead)
+	require.NoError(t, err)
+	lock, err := locks.Acquire(ctx, "job")
+	require.NoError(t, err)
+	require.ErrorIs(t, store.Advance(ctx, lock), guard.ErrStaleToken, "a token below the database's is rejected")
+	require.NoError(t, lock.Release(ctx))
+
+	code, out, errOut := fencectl(t, "tokens", "show", "--db", db.URL, "--redis", r.Addr, "--prefix", r.Prefix, "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	var states []tokenState
+	require.NoError(t, json.Unmarshal([]byte(out), &states), out)
+	require.Len(t, states, 2)
+	assert.Equal(t, "fine", states[0].Resource)
+	assert.Equal(t, "ok", states[0].Status)
+	assert.Equal(t, "job", states[1].Resource)
+	assert.Equal(t, ahead, states[1].Mark)
+	assert.Equal(t, "behind", states[1].Status)
+
+	code, out, _ = fencectl(t, "tokens", "show", "--db", db.URL)
+	require.Equal(t, exitOK, code)
+	assert.NotContains(t, out, "STATUS", "without Redis, only the database's side")
+	assert.Contains(t, out, "job")
+
+	code, out, errOut = fencectl(t, "tokens", "repair", "--all", "--redis", r.Addr, "--prefix", r.Prefix, "--db", db.URL)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "job: counter is")
+	assert.NotContains(t, out, "fine:", "--all repairs only what is behind")
+
+	lock, err = locks.Acquire(ctx, "job")
+	require.NoError(t, err)
+	defer lock.Release(ctx)
+	assert.Greater(t, lock.Token(), ahead)
+	require.NoError(t, store.Advance(ctx, lock), "after repair the new token is accepted")
+
+	code, out, _ = fencectl(t, "tokens", "repair", "--all", "--redis", r.Addr, "--prefix", r.Prefix, "--db", db.URL)
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "nothing to repair")
+}
+
+func TestRunsAndKeys(t *testing.T) {
+	ctx := ctxT(t)
+	db := migratedDB(t)
+	_, err := db.Pool.Exec(ctx, `
+INSERT INTO fencelock.runs (resource, run_key, token, cursor, finished, finished_at, updated_at) VALUES
+  ('sync', 'old-done', 5, 'c9', true,  now() - interval '40 days', now() - interval '40 days'),
+  ('sync', 'new-done', 6, 'c9', true,  now() - interval '1 hour',  now() - interval '1 hour'),
+  ('sync', 'open',     7, 'c3', false, NULL,                       now() - interval '50 days'),
+  ('other', 'done',    8, '',   true,  now() - interval '40 days', now() - interval '40 days');
+INSERT INTO fencelock.applied (resource, key, token, applied_at) VALUES
+  ('sync', 'batch-1', 5, now() - interval '40 days'),
+  ('sync', 'batch-2', 6, now() - interval '1 hour'),
+  ('other', 'batch-1', 8, now() - interval '40 days')`)
+	require.NoError(t, err)
+
+	code, out, errOut := fencectl(t, "runs", "list", "--db", db.URL, "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	var runs []runJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &runs), out)
+	require.Len(t, runs, 4)
+	assert.Equal(t, "new-done", runs[0].RunKey, "newest first")
+
+	code, out, _ = fencectl(t, "runs", "list", "--db", db.URL, "--state", "open")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "c3")
+	assert.NotContains(t, out, "new-done")
+
+	code, out, _ = fencectl(t, "runs", "prune", "--db", db.URL, "--older-than", "30d", "--dry-run")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "would delete 2 finished runs")
+	code, out, _ = fencectl(t, "runs", "prune", "--db", db.URL, "--older-than", "720h", "--resource", "sync")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "deleted 1 finished runs")
+	var left []string
+	rows, err := db.Pool.Query(ctx, `SELECT run_key FROM fencelock.runs ORDER BY run_key`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var k string
+		require.NoError(t, rows.Scan(&k))
+		left = append(left, k)
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, []string{"done", "new-done", "open"}, left, "open runs are never pruned, nor young ones, nor other resources'")
+
+	code, out, _ = fencectl(t, "keys", "prune", "--db", db.URL, "--older-than", "30d")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "deleted 2 applied idempotency keys")
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM fencelock.applied`).Scan(&n))
+	assert.Equal(t, 1, n)
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM fencelock.fence`).Scan(&n))
+	assert.Zero(t, n, "tokens are never pruned")
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// verdict of one doctor check.
+type verdict string
+
+const (
+	verdictOK   verdict = "ok"
+	verdictWarn verdict = "warn"
+	verdictFail verdict = "fail"
+)
+
+// finding is one line of doctor's report: a verdict, what was seen, and
+// (unless ok) what to do about it.
+type finding struct {
+	Check    string  `json:"check"`
+	Verdict  verdict `json:"verdict"`
+	Evidence string  `json:"evidence"`
+	Fix      string  `json:"fix,omitempty"`
+}
+
+type doctor struct {
+	a        *app
+	aclUser  string
+	findings []finding
+}
+
+func (d *doctor) ok(check, evidence string) {
+	d.findings = append(d.findings, finding{Check: check, Verdict: verdictOK, Evidence: evidence})
+}
+
+func (d *doctor) warn(check, evidence, fix string) {
+	d.findings = append(d.findings, finding{Check: check, Verdict: verdictWarn, Evidence: evidence, Fix: fix})
+}
+
+func (d *doctor) fail(check, evidence, fix string) {
+	d.findings = append(d.findings, finding{Check: check, Verdict: verdictFail, Evidence: evidence, Fix: fix})
+}
+
+func (a *app) doctorCmd() *cobra.Command {
+	d := &doctor{a: a}
+	c := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check Redis, Postgres, the schema and the tokens; each check a verdict, its evidence and the fix",
+		Long: `Check a fencelock deployment. Each check prints a verdict (ok, warn, FAIL),
+what it saw, and for warn and FAIL the fix. Exit status 1 when any check
+fails, 0 otherwise.
+
+Redis (every master of a cluster): reachable and its version; the cluster
+state; maxmemory-policy (an evicting policy can drop locks and counters);
+persistence; replicas and WAIT (WithReplicaSync); the server clock; the ACL
+permissions fence needs (scripts, publish, subscribe on the prefix's keys
+and channels), with ACL DRYRUN where the user may run it, else by trying
+harmless commands.
+
+Postgres: reachable; the fencelock migrations and their version table; a
+transaction pooler in between (as far as detectable) and whether the
+address's pgx exec mode survives it.
+
+Tokens: for every fenced resource, the database's high-water mark against
+the Redis counter and clock: a mark ahead of both means every new holder
+is rejected ('fencectl tokens repair').`,
+		Example: "  fencectl doctor --redis 127.0.0.1:6379 --db postgres://app@db:5432/app\n  fencectl doctor -o json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			if a.redis() == "" && a.db() == "" {
+				return usageErrorf("doctor needs --redis and --db (or $REDIS_URL and $DATABASE_URL)")
+			}
+			if err := d.run(cmd.Context()); err != nil {
+				return err
+			}
+			return d.print()
+		},
+	}
+	a.redisFlag(c)
+	a.dbFlag(c)
+	a.outputFlag(c)
+	c.Flags().StringVar(&d.aclUser, "acl-user", "", "check this Redis user's permissions with ACL DRYRUN (needs an admin connection); default: the connected user")
+	return c
+}
+
+func (d *doctor) run(ctx context.Context) error {
+	var rc *redisConn
+	if d.a.redis() == "" {
+		d.warn("redis", "not checked: no --redis and no $REDIS_URL", "give --redis host:port or a redis:// URL")
+	} else {
+		var err error
+		if rc, err = d.checkRedis(ctx); err != nil {
+			return err
+		}
+		if rc != nil {
+			defer rc.Close()
+		}
+	}
+	var db *dbConn
+	if d.a.db() == "" {
+		d.warn("postgres", "not checked: no --db and no $DATABASE_URL", "give --db host:port or a postgres:// URL")
+	} else {
+		var err error
+		if db, err = d.checkPostgres(ctx); err != nil {
+			return err
+		}
+		if db != nil {
+			defer db.Close()
+		}
+	}
+	switch {
+	case rc != nil && db != nil:
+		d.checkTokens(ctx, rc, db)
+	case d.a.redis() != "" && d.a.db() != "":
+		// One of them is unreachable: that is its failing check already.
+	default:
+		d.warn("tokens", "not checked: comparing the database's tokens with Redis needs both --redis and --db",
+			"give both addresses")
+	}
+	return nil
+}
+
+// print writes the report; a failing check makes run exit 1.
+func (d *doctor) print() error {
+	failed, warned := 0, 0
+	for _, f := range d.findings {
+		switch f.Verdict {
+		case verdictFail:
+			failed++
+		case verdictWarn:
+			warned++
+		}
+	}
+	if d.a.json() {
+		if err := d.a.printJSON(struct {
+			Checks   []finding `json:"checks"`
+			Failed   int       `json:"failed"`
+			Warnings int       `json:"warnings"`
+		}{d.findings, failed, warned}); err != nil {
+			return err
+		}
+	} else {
+		width := 0
+		for _, f := range d.findings {
+			width = max(width, len(f.Check))
+		}
+		for _, f := range d.findings {
+			mark := map[verdict]string{verdictOK: "ok  ", verdictWarn: "warn", verdictFail: "FAIL"}[f.Verdict]
+			fmt.Fprintf(d.a.stdout, "%s  %-*s  %s\n", mark, width, f.Check, f.Evidence)
+			if f.Fix != "" {
+				fmt.Fprintf(d.a.stdout, "      %-*s  fix: %s\n", width, "", f.Fix)
+			}
+		}
+		fmt.Fprintf(d.a.stdout, "%d checks: %d failed, %d warnings\n", len(d.findings), failed, warned)
+	}
+	if failed > 0 {
+		return errFailed
+	}
+	return nil
+}
+
+// isUsage reports whether err is a command-line mistake (exit 2) rather
+// than a finding.
+func isUsage(err error) bool {
+	var ue *usageError
+	return errors.As(err, &ue)
+}
+
+// nodeLabel prefixes evidence with the node on a cluster.
+func nodeLabel(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	return "node " + addr + ": "
+}
+
+// redisVersion parses "7.0.15" into 7, 0.
+func redisVersion(v string) (major, minor int, ok bool) {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	if _, err := fmt.Sscanf(parts[0]+" "+parts[1], "%d %d", &major, &minor); err != nil {
+		return 0, 0, false
+	}
+	return major, minor, true
+}

@@ -1,0 +1,383 @@
+package main
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// checkRedis connects and runs every Redis check; it returns nil (and a
+// failing finding) when Redis is unreachable, an error only for a bad
+// command line.
+func (d *doctor) checkRedis(ctx context.Context) (*redisConn, error) {
+	rc, err := openRedis(ctx, d.a.redis(), d.a.timeout)
+	if isUsage(err) {
+		return nil, err
+	}
+	if err != nil {
+		d.fail("redis", oneLine(err), "check the address (--redis or $REDIS_URL), that redis-server runs, and that this host may reach it")
+		return nil, nil
+	}
+	what := fmt.Sprintf("Redis %s, %s, at %s", orUnknown(rc.version), rc.mode(), rc.display)
+	major, minor, known := redisVersion(rc.version)
+	switch {
+	case !known:
+		d.warn("redis", what+"; the server does not tell its version (HELLO and INFO refused)",
+			"check that it is Redis 6.2 or newer (7 or newer for a cluster)")
+	case rc.cluster && major < 7:
+		d.fail("redis", what+": fence releases wake waiters with sharded pub/sub (SPUBLISH), which a cluster has from Redis 7.0",
+			"upgrade the cluster to Redis 7 or newer")
+	case major < 6 || (major == 6 && minor < 2):
+		d.warn("redis", what+": fencelock is tested on Redis 6.2 and newer", "upgrade Redis to 6.2 or newer")
+	default:
+		d.ok("redis", what)
+	}
+
+	nodes, err := masters(ctx, rc)
+	if err != nil {
+		d.fail("redis.cluster", "cannot list the masters: "+oneLine(err), "check CLUSTER SHARDS / CLUSTER NODES on any node")
+		return rc, nil
+	}
+	for _, n := range nodes {
+		label, replica := "", false
+		if rc.cluster {
+			label = rc.nodeAddr(n)
+			d.checkClusterState(ctx, n, label)
+		} else if rc.role == "replica" || rc.role == "slave" {
+			replica = true
+			d.fail("redis.role", "this server is a replica: it refuses writes, and locks must be taken on the master",
+				"point --redis (and your applications) at the master")
+		}
+		d.checkEviction(ctx, n, label)
+		d.checkPersistence(ctx, n, label)
+		if !replica {
+			d.checkReplicas(ctx, n, label)
+		}
+		d.checkClock(ctx, n, label)
+		d.checkACL(ctx, rc, n, label)
+	}
+	return rc, nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(version unknown)"
+	}
+	return s
+}
+
+// masters returns the one server, or every master of a cluster: the one
+// given first, then the others by address (so the report's order is
+// stable).
+func masters(ctx context.Context, rc *redisConn) ([]*redis.Client, error) {
+	cc, ok := rc.rdb.(*redis.ClusterClient)
+	if !ok {
+		return []*redis.Client{rc.rdb.(*redis.Client)}, nil
+	}
+	var mu sync.Mutex
+	var out []*redis.Client
+	err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		out = append(out, c)
+		mu.Unlock()
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool {
+		ai, aj := rc.nodeAddr(out[i]), rc.nodeAddr(out[j])
+		if (ai == rc.seed) != (aj == rc.seed) {
+			return ai == rc.seed
+		}
+		return ai < aj
+	})
+	return out, err
+}
+
+func (d *doctor) checkClusterState(ctx context.Context, n *redis.Client, label string) {
+	info, err := n.ClusterInfo(ctx).Result()
+	if err != nil {
+		d.fail("redis.cluster", nodeLabel(label)+"CLUSTER INFO: "+oneLine(err), "check the node's logs")
+		return
+	}
+	f := infoFields(info)
+	ev := fmt.Sprintf("%scluster_state:%s, %s of 16384 slots assigned, %s failing, %s masters, %s nodes",
+		nodeLabel(label), f["cluster_state"], f["cluster_slots_assigned"], f["cluster_slots_fail"], f["cluster_size"], f["cluster_known_nodes"])
+	if f["cluster_state"] != "ok" || f["cluster_slots_assigned"] != "16384" || (f["cluster_slots_fail"] != "" && f["cluster_slots_fail"] != "0") {
+		d.fail("redis.cluster", ev+": locks on unserved slots cannot be taken or released",
+			"assign every slot and bring failed masters back (redis-cli --cluster check / fix)")
+		return
+	}
+	d.ok("redis.cluster", ev)
+}
+
+// configGet reads one CONFIG parameter; managed services often refuse CONFIG.
+func configGet(ctx context.Context, n *redis.Client, key string) (string, error) {
+	m, err := n.ConfigGet(ctx, key).Result()
+	if err != nil {
+		return "", err
+	}
+	v, ok := m[key]
+	if !ok {
+		return "", fmt.Errorf("CONFIG GET %s: no such parameter", key)
+	}
+	return v, nil
+}
+
+func (d *doctor) checkEviction(ctx context.Context, n *redis.Client, label string) {
+	policy, err := configGet(ctx, n, "maxmemory-policy")
+	if err != nil {
+		d.warn("redis.eviction", nodeLabel(label)+"maxmemory-policy not readable ("+oneLine(err)+")",
+			"check it is noeviction in your provider's settings, or run doctor as a user allowed CONFIG GET")
+		return
+	}
+	maxmem, _ := configGet(ctx, n, "maxmemory")
+	ev := fmt.Sprintf("%smaxmemory-policy %s, maxmemory %s", nodeLabel(label), policy, orUnknown(maxmem))
+	fix := "CONFIG SET maxmemory-policy noeviction (and set it in redis.conf or the provider's parameters)"
+	switch {
+	case policy == "noeviction":
+		d.ok("redis.eviction", ev)
+	case strings.HasPrefix(policy, "allkeys-"):
+		d.fail("redis.eviction", ev+": under memory pressure Redis evicts any key, locks and token counters included (a lock can be taken twice)", fix)
+	case strings.HasPrefix(policy, "volatile-") && maxmem != "0":
+		d.fail("redis.eviction", ev+": every fence key has an expiry, so all are eviction candidates under memory pressure", fix)
+	default:
+		d.warn("redis.eviction", ev+": nothing is evicted while maxmemory is 0, but every fence key has an expiry and becomes an eviction candidate once a limit is set", fix)
+	}
+}
+
+func (d *doctor) checkPersistence(ctx context.Context, n *redis.Client, label string) {
+	aof, err := configGet(ctx, n, "appendonly")
+	save, err2 := configGet(ctx, n, "save")
+	if err != nil || err2 != nil {
+		// INFO persistence is the fallback when CONFIG is refused.
+		info, ierr := n.Info(ctx, "persistence").Result()
+		if ierr != nil {
+			d.warn("redis.persistence", nodeLabel(label)+"not readable (CONFIG and INFO refused: "+oneLine(ierr)+")",
+				"check persistence in your provider's settings")
+			return
+		}
+		f := infoFields(info)
+		if f["aof_enabled"] == "1" {
+			aof = "yes"
+		} else {
+			aof = "no"
+		}
+		save = "(unknown)"
+	}
+	fsync, _ := configGet(ctx, n, "appendfsync")
+	switch {
+	case aof == "yes":
+		d.ok("redis.persistence", fmt.Sprintf("%sAOF on (appendfsync %s)", nodeLabel(label), orUnknown(fsync)))
+	case save != "" && save != "(unknown)":
+		d.ok("redis.persistence", fmt.Sprintf("%sRDB snapshots (save %s), no AOF: a restart loses the locks and counters written since the last snapshot; tokens still rise with the server clock", nodeLabel(label), save))
+	default:
+		d.warn("redis.persistence", nodeLabel(label)+"no AOF and no RDB snapshots: a restart loses every lock (a held lock can be taken again at once) and every token counter (tokens then rise only with the server clock)",
+			"CONFIG SET appendonly yes (and in redis.conf), or accept it: guard still rejects the old holder's writes")
+	}
+}
+
+func (d *doctor) checkReplicas(ctx context.Context, n *redis.Client, label string) {
+	info, err := n.Info(ctx, "replication").Result()
+	replicas := "unknown"
+	if err == nil {
+		replicas = infoFields(info)["connected_slaves"]
+	}
+	acked, werr := n.Do(ctx, "WAIT", 0, 0).Int()
+	if werr != nil {
+		d.warn("redis.replicas", fmt.Sprintf("%s%s replicas; WAIT is refused (%s): WithReplicaSync cannot be used", nodeLabel(label), replicas, oneLine(werr)),
+			"allow WAIT to the user (ACL SETUSER <user> +wait), or do not use fence.WithReplicaSync")
+		return
+	}
+	ev := fmt.Sprintf("%s%s replicas, WAIT works (%d acknowledged)", nodeLabel(label), replicas, acked)
+	if replicas == "0" {
+		ev += ": fence.WithReplicaSync(n) fails for any n of 1 or more; a failover has no replica to promote"
+	}
+	d.ok("redis.replicas", ev)
+}
+
+func (d *doctor) checkClock(ctx context.Context, n *redis.Client, label string) {
+	before := time.Now()
+	t, err := n.Time(ctx).Result()
+	if err != nil {
+		d.fail("redis.clock", nodeLabel(label)+"TIME: "+oneLine(err), "allow TIME to the user: the acquire script reads it")
+		return
+	}
+	local := before.Add(time.Since(before) / 2)
+	skew := t.Sub(local).Round(time.Millisecond)
+	ev := fmt.Sprintf("%sserver clock %s, %v from this machine's", nodeLabel(label), t.UTC().Format(time.RFC3339), skew)
+	if skew.Abs() > 2*time.Second {
+		d.warn("redis.clock", ev+": tokens are floored by the server clock; if it is stepped back after a counter loss, new holders are rejected",
+			"run NTP (chrony) on the Redis host and on this one")
+		return
+	}
+	d.ok("redis.clock", ev)
+}
+
+// aclNeed is one command fence sends (or runs inside a script) with the
+// keys and channels it touches.
+type aclNeed struct {
+	label string
+	args  []any
+}
+
+func aclNeeds(prefix string, cluster bool) []aclNeed {
+	k := lockKey(prefix, "fencectl-doctor")
+	seq, ch := k+":seq", k+":ch"
+	sum := sha1.Sum([]byte("return 1"))
+	sha := hex.EncodeToString(sum[:])
+	pub, sub := "PUBLISH", "SUBSCRIBE"
+	if cluster {
+		pub, sub = "SPUBLISH", "SSUBSCRIBE"
+	}
+	needs := []aclNeed{
+		{"EVALSHA", []any{"EVALSHA", sha, 2, k, seq}},
+		{"EVAL", []any{"EVAL", "return 1", 2, k, seq}},
+		{"SCRIPT LOAD", []any{"SCRIPT", "LOAD", "return 1"}},
+		{"GET", []any{"GET", k}},
+		{"SET", []any{"SET", k, "1:x", "PX", 1000}},
+		{"PEXPIRE", []any{"PEXPIRE", k, 1000}},
+		{"PTTL", []any{"PTTL", k}},
+		{"DEL", []any{"DEL", k}},
+		{"TIME", []any{"TIME"}},
+		{pub, []any{pub, ch, "x"}},
+		{sub, []any{sub, ch}},
+	}
+	if cluster {
+		needs = append(needs, aclNeed{"CLUSTER SLOTS", []any{"CLUSTER", "SLOTS"}})
+	}
+	return needs
+}
+
+func aclFix(user, prefix string, cluster bool) string {
+	cmds := "+evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +subscribe"
+	if cluster {
+		cmds = "+evalsha +eval +script|load +get +set +pexpire +pttl +del +time +spublish +ssubscribe +cluster|slots"
+	}
+	return fmt.Sprintf("ACL SETUSER %s %s ~%s* &%s* (on every node)", user, cmds, prefix, prefix)
+}
+
+func isNoPerm(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOPERM") }
+
+func isUnknownCommand(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "unknown command") || strings.Contains(err.Error(), "unknown subcommand"))
+}
+
+func (d *doctor) checkACL(ctx context.Context, rc *redisConn, n *redis.Client, label string) {
+	prefix := d.a.prefix
+	user := d.aclUser
+	if user == "" {
+		who, err := n.Do(ctx, "ACL", "WHOAMI").Text()
+		switch {
+		case isUnknownCommand(err):
+			d.ok("redis.acl", nodeLabel(label)+"no ACLs (Redis before 6): every authenticated client may run every command")
+			return
+		case err == nil:
+			user = who
+		}
+	}
+	needs := aclNeeds(prefix, rc.cluster)
+	if user != "" {
+		var denied []string
+		var dryErr error
+		for _, nd := range needs {
+			res, err := n.Do(ctx, append([]any{"ACL", "DRYRUN", user}, nd.args...)...).Text()
+			if err != nil {
+				dryErr = err
+				break
+			}
+			if res != "OK" {
+				denied = append(denied, nd.label+" ("+res+")")
+			}
+		}
+		if dryErr == nil {
+			if len(denied) > 0 {
+				d.fail("redis.acl", fmt.Sprintf("%suser %q may not run what fence needs (ACL DRYRUN): %s", nodeLabel(label), user, strings.Join(denied, "; ")),
+					aclFix(user, prefix, rc.cluster))
+				return
+			}
+			d.ok("redis.acl", fmt.Sprintf("%suser %q may run every command fence needs on keys and channels %s* (ACL DRYRUN)", nodeLabel(label), user, prefix))
+			return
+		}
+		if d.aclUser != "" {
+			d.warn("redis.acl", fmt.Sprintf("%scannot dry-run for user %q: %s", nodeLabel(label), user, oneLine(dryErr)),
+				"run doctor with an admin user's address (ACL DRYRUN needs it), or drop --acl-user to try the commands as the connected user")
+			return
+		}
+		// ACL DRYRUN is refused (not an admin) or missing (Redis 6): try
+		// the commands themselves.
+	}
+	d.probeACL(ctx, rc, user, label)
+}
+
+// probeACL runs harmless versions of what fence sends, as the connected
+// user, on a name no application uses. It cannot try the writes inside
+// scripts without writing, and says so.
+func (d *doctor) probeACL(ctx context.Context, rc *redisConn, user, label string) {
+	prefix := d.a.prefix
+	k := lockKey(prefix, "fencectl-doctor")
+	seq, ch := k+":seq", k+":ch"
+	var denied, other []string
+	try := func(what string, err error) {
+		switch {
+		case err == nil || err == redis.Nil:
+		case isNoPerm(err):
+			denied = append(denied, what)
+		default:
+			other = append(other, what+": "+oneLine(err))
+		}
+	}
+	// On a cluster the cluster client routes each probe to the key's node.
+	r := rc.rdb
+	sha, err := r.ScriptLoad(ctx, "return 1").Result()
+	try("SCRIPT LOAD", err)
+	if err == nil {
+		try("EVALSHA", r.EvalSha(ctx, sha, []string{k, seq}).Err())
+	}
+	try("EVAL with GET, PTTL, TIME inside", r.Eval(ctx,
+		"redis.call('PTTL', KEYS[1]); redis.call('GET', KEYS[2]); redis.call('TIME'); return 1", []string{k, seq}).Err())
+	var sub *redis.PubSub
+	if rc.cluster {
+		try("SPUBLISH", r.SPublish(ctx, ch, "fencectl doctor").Err())
+		sub = r.SSubscribe(ctx, ch)
+	} else {
+		try("PUBLISH", r.Publish(ctx, ch, "fencectl doctor").Err())
+		sub = r.Subscribe(ctx, ch)
+	}
+	sctx, cancel := context.WithTimeout(ctx, d.a.timeout)
+	_, err = sub.Receive(sctx)
+	cancel()
+	_ = sub.Close()
+	if rc.cluster {
+		try("SSUBSCRIBE", err)
+	} else {
+		try("SUBSCRIBE", err)
+	}
+	who := "the connected user"
+	if user != "" {
+		who = fmt.Sprintf("user %q", user)
+	}
+	switch {
+	case len(denied) > 0:
+		d.fail("redis.acl", fmt.Sprintf("%s%s is refused (NOPERM): %s", nodeLabel(label), who, strings.Join(denied, ", ")),
+			aclFix(orDefault(user, "<user>"), prefix, rc.cluster))
+	case len(other) > 0:
+		d.warn("redis.acl", fmt.Sprintf("%s%s: probes failed: %s", nodeLabel(label), who, strings.Join(other, "; ")),
+			"check the errors above")
+	default:
+		d.ok("redis.acl", fmt.Sprintf("%s%s may load and run scripts, publish and subscribe on %s* (tried; ACL DRYRUN is not allowed to this user, so the writes inside scripts were not checked: use --acl-user with an admin address)",
+			nodeLabel(label), who, prefix))
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/migrations"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+// Doctor's golden tests run fencectl as a process against real servers set
+// up healthy or broken, and compare its report, with what varies from run
+// to run (addresses, versions, clocks, database names) replaced by
+// placeholders, with testdata/doctor_*.golden. go test -run TestDoctor
+// -update rewrites them.
+
+var normalizers = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`Redis \d+\.\d+\.\d+`), "Redis VERSION"},
+	{regexp.MustCompile(`PostgreSQL [^,]+,`), "PostgreSQL VERSION,"},
+	{regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`), "TIME"},
+	{regexp.MustCompile(`, \S+ from this machine's`), ", SKEW from this machine's"},
+	{regexp.MustCompile(`\(by [^)]*\)`), "(by AGE)"},
+	{regexp.MustCompile(`\(\d+ acknowledged\)`), "(N acknowledged)"},
+	{regexp.MustCompile(`\b\d+ of \d+ applied`), "N of N applied"},
+	{regexp.MustCompile(`\b\d+_[\w-]+\.sql\b`), "MIGRATION.sql"},
+	{regexp.MustCompile(`\b\d{10,}\b`), "BIGNUM"},
+	// How a missing migration reads depends on how many exist (the fixture
+	// removes the newest from the version table): asserted separately.
+	{regexp.MustCompile(`(?m)^(FAIL  migrations\s+).*\n(\s+fix: ).*$`), "${1}(MIGRATIONS)\n${2}(MIGRATIONS)"},
+}
+
+// normalize replaces the given literal strings, then the patterns above.
+func normalize(out string, literals map[string]string) string {
+	keys := make([]string, 0, len(literals))
+	for k := range literals {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return len(keys[i]) > len(keys[j]) })
+	for _, k := range keys {
+		out = strings.ReplaceAll(out, k, literals[k])
+	}
+	for _, n := range normalizers {
+		out = n.re.ReplaceAllString(out, n.with)
+	}
+	return out
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "doctor_"+name+".golden")
+	if *update {
+		require.NoError(t, os.MkdirAll("testdata", 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "no golden file: run go test ./cmd/fencectl -run TestDoctor -update")
+	assert.Equal(t, string(want), got, "doctor's report changed (if on purpose: go test ./cmd/fencectl -run TestDoctor -update)")
+}
+
+// verdicts counts the report's lines by verdict and check.
+func verdicts(out string) map[string][]string {
+	v := map[string][]string{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && (f[0] == "ok" || f[0] == "warn" || f[0] == "FAIL") {
+			v[f[0]] = append(v[f[0]], f[1])
+		}
+	}
+	return v
+}
+
+const (
+	redisSecret = "r3dis-Pa55word"
+	pgSecret    = "pg-Pa55word"
+)
+
+// redisWithUser adds an ACL user with a password and every permission, and
+// returns its URL.
+func redisWithUser(t *testing.T, r *testenv.Redis) string {
+	t.Helper()
+	require.NoError(t, r.Client().Do(ctxT(t), "ACL", "SETUSER", "ops", "on", ">"+redisSecret, "~*", "&*", "+@all").Err())
+	return withPassword(t, r.URL, "ops", redisSecret)
+}
+
+// guardedResource takes a lock and records its token in the database, as a
+// guarded writer does.
+func guardedResource(t *testing.T, r *testenv.Redis, db *testenv.DB, name string) {
+	t.Helper()
+	ctx := ctxT(t)
+	store, err := pgfence.New(db.Pool)
+	require.NoError(t, err)
+	locks := newLocks(t, r)
+	l, err := locks.Acquire(ctx, name)
+	require.NoError(t, err)
+	require.NoError(t, store.Advance(ctx, l))
+	require.NoError(t, l.Release(ctx))
+}
+
+func doctorLiterals(r *testenv.Redis, db *testenv.DB) map[string]string {
+	m := map[string]string{}
+	if r != nil {
+		m[r.Addr] = "REDIS_ADDR"
+		m[r.Prefix] = "PREFIX:"
+	}
+	if db != nil {
+		m[db.Server.Addr] = "PG_ADDR"
+		m[db.Name] = "DBNAME"
+	}
+	return m
+}
+
+func TestDoctorHealthy(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	db := migratedDB(t)
+	guardedResource(t, r, db, "stock-sync:eu")
+	redisURL := redisWithUser(t, r)
+	dbURL := withPassword(t, db.URL, "postgres", pgSecret)
+
+	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", redisURL, "--db", dbURL, "--prefix", r.Prefix)
+	requireNoSecret(t, redisSecret, out, errOut)
+	requireNoSecret(t, pgSecret, out, errOut)
+	assert.Equal(t, exitOK, code, out+errOut)
+	assert.Empty(t, errOut)
+	assert.Empty(t, verdicts(out)["FAIL"])
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "ok") {
+			assert.NotContains(t, line, "fix:", "an ok line has no fix")
+		}
+	}
+	golden(t, "healthy", normalize(out, doctorLiterals(r, db)))
+
+	// -o json: the same checks, machine-readable.
+	code, out, _ = fencectlProc(t, nil, "doctor", "--redis", redisURL, "--db", dbURL, "--prefix", r.Prefix, "-o", "json")
+	require.Equal(t, exitOK, code)
+	requireNoSecret(t, redisSecret, out)
+	var rep struct {
+		Checks []finding `json:"checks"`
+		Failed int       `json:"failed"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	assert.Zero(t, rep.Failed)
+	assert.NotEmpty(t, rep.Checks)
+	for _, c := range rep.Checks {
+		if c.Verdict == verdictOK {
+			assert.Empty(t, c.Fix, c.Check)
+		}
+	}
+}
+
+// The issue's "done when": allkeys-lru, a token mark ahead of the counter
+// and the clock, passwords in both URLs, a missing migration. One failing
+// verdict each, exit 1, no password anywhere.
+func TestDoctorMisconfigured(t *testing.T) {
+	ctx := ctxT(t)
+	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--maxmemory-policy", "allkeys-lru"))
+	db := migratedDB(t)
+	guardedResource(t, r, db, "fine")
+	// A mark far ahead of the Redis clock: as after a counter loss plus a
+	// clock that ran backwards, or a database restored from another system.
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fencelock.fence (resource, token, holder) VALUES ('job', 9000000000000000, 'old')`)
+	require.NoError(t, err)
+	// The newest migration is missing from the version table.
+	_, err = db.Pool.Exec(ctx, `DELETE FROM `+migrations.VersionTable+` WHERE version_id = (SELECT max(version_id) FROM `+migrations.VersionTable+`)`)
+	require.NoError(t, err)
+	redisURL := redisWithUser(t, r)
+	dbURL := withPassword(t, db.URL, "postgres", pgSecret)
+
+	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", redisURL, "--db", dbURL, "--prefix", r.Prefix)
+	requireNoSecret(t, redisSecret, out, errOut)
+	requireNoSecret(t, pgSecret, out, errOut)
+	assert.Equal(t, exitFailed, code)
+	assert.Empty(t, errOut)
+	assert.ElementsMatch(t, []string{"redis.eviction", "migrations", "tokens"}, verdicts(out)["FAIL"], out)
+	assert.Regexp(t, `FAIL  migrations .*(pending|records none)`, out)
+	assert.Contains(t, out, "fix: fencectl tokens repair job")
+	assert.Regexp(t, `fix: (fencectl migrate up|goose -dir migrations -table fencelock_db_version)`, out)
+	assert.Contains(t, out, "maxmemory-policy allkeys-lru")
+	golden(t, "misconfigured", normalize(out, doctorLiterals(r, db)))
+}
+
+func TestDoctorNotInstalled(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	db := testenv.NewDB(t)
+	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--db", db.URL, "--prefix", r.Prefix)
+	assert.Equal(t, exitFailed, code, errOut)
+	assert.Equal(t, []string{"migrations"}, verdicts(out)["FAIL"], out)
+	golden(t, "not_installed", normalize(out, doctorLiterals(r, db)))
+}
+
+func TestDoctorUnreachable(t *testing.T) {
+	code, out, errOut := fencectlProc(t, nil, "doctor",
+		"--redis", "redis://ops:"+redisSecret+"@127.0.0.1:1",
+		"--db", "postgres://postgres:"+pgSecret+"@127.0.0.1:1/app?sslmode=disable", "--timeout", "5s")
+	requireNoSecret(t, redisSecret, out, errOut)
+	requireNoSecret(t, pgSecret, out, errOut)
+	assert.Equal(t, exitFailed, code)
+	assert.Empty(t, errOut)
+	assert.Equal(t, []string{"redis", "postgres"}, verdicts(out)["FAIL"], out)
+	golden(t, "unreachable", normalize(out, nil))
+}
+
+// A user without EVALSHA, as an application's restricted user: ACL DRYRUN is
+// refused to it (not an admin), so doctor tries the commands themselves.
+func TestDoctorACLProbe(t *testing.T) {
+	ctx := ctxT(t)
+	r := testenv.NewRedisServer(t)
+	require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", "app", "on", ">"+redisSecret, "~*", "&*", "+@all", "-@admin", "-evalsha").Err())
+	u := withPassword(t, r.URL, "app", redisSecret)
+	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", u, "--prefix", "fence:")
+	requireNoSecret(t, redisSecret, out, errOut)
+	assert.Equal(t, exitFailed, code, errOut)
+	assert.Equal(t, []string{"redis.acl"}, verdicts(out)["FAIL"], out)
+	assert.Contains(t, out, "EVALSHA")
+	golden(t, "acl_probe", normalize(out, doctorLiterals(r, nil)))
+}
+
+// An admin checks the application's user with --acl-user (ACL DRYRUN).
+func TestDoctorACLDryRun(t *testing.T) {
+	ctx := ctxT(t)
+	r := testenv.NewRedisServer(t)
+	require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", "app", "on", ">"+redisSecret, "~fence:*", "&fence:*", "+@all", "-publish").Err())
+	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--acl-user", "app")
+	assert.Equal(t, exitFailed, code, errOut)
+	assert.Equal(t, []string{"redis.acl"}, verdicts(out)["FAIL"], out)
+	assert.Contains(t, out, `user "app" may not run what fence needs (ACL DRYRUN): PUBLISH`)
+	golden(t, "acl_dryrun", normalize(out, doctorLiterals(r, nil)))
+
+	// The same user's keys outside the prefix: ACL DRYRUN sees it too.
+	code, out, _ = fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--acl-user", "app", "--prefix", "other:")
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, out, "EVALSHA (")
+}
+
+// Doctor pointed at a replica fails; on the master it sees the replica and
+// WAIT; a volatile policy without maxmemory warns; AOF is ok.
+func TestDoctorReplication(t *testing.T) {
+	ctx := ctxT(t)
+	master := testenv.NewRedisServer(t, testenv.WithAOF(), testenv.WithRedisArgs("--maxmemory-policy", "volatile-lru"))
+	host, port, _ := strings.Cut(master.Addr, ":")
+	replica := testenv.NewRedisServer(t, testenv.WithRedisArgs("--replicaof", host, port))
+	require.Eventually(t, func() bool {
+		info, err := master.Client().Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	}, 30*time.Second, 50*time.Millisecond, "the replica never came online")
+
+	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", master.Addr)
+	assert.Equal(t, exitOK, code, out+errOut)
+	assert.Contains(t, out, "1 replicas, WAIT works")
+	assert.Equal(t, []string{"redis.eviction", "postgres", "tokens"}, verdicts(out)["warn"], out)
+	golden(t, "master", normalize(out, doctorLiterals(master, nil)))
+
+	code, out, _ = fencectlProc(t, nil, "doctor", "--redis", replica.Addr)
+	assert.Equal(t, exitFailed, code)
+	assert.Equal(t, []string{"redis.role"}, verdicts(out)["FAIL"], out)
+	golden(t, "replica", normalize(out, map[string]string{replica.Addr: "REDIS_ADDR"}))
+}
+
+// newCluster starts n Redis servers and makes them one cluster, the slots
+// split evenly between them, all masters.
+func newCluster(t *testing.T, n int) []*testenv.Redis {
+	t.Helper()
+	ctx := ctxT(t)
+	nodes := make([]*testenv.Redis, n)
+	for i := range nodes {
+		nodes[i] = testenv.NewRedisServer(t, testenv.WithRedisArgs("--cluster-enabled", "yes", "--cluster-node-timeout", "5000"))
+		lo, hi := i*16384/n, (i+1)*16384/n-1
+		require.NoError(t, nodes[i].Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err())
+	}
+	for _, nd := range nodes[1:] {
+		host, port, _ := strings.Cut(nd.Addr, ":")
+		require.NoError(t, nodes[0].Client().Do(ctx, "CLUSTER", "MEET", host, port).Err())
+	}
+	require.Eventually(t, func() bool {
+		for _, nd := range nodes {
+			info, err := nd.Client().ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "the cluster never formed")
+	return nodes
+}
+
+// nameOn returns a lock name whose slot is served by node.
+func nameOn(t *testing.T, node *testenv.Redis, prefix string) string {
+	t.Helper()
+	ctx := ctxT(t)
+	for i := 0; i < 1000; i++ {
+		name := fmt.Sprintf("job-%d", i)
+		slot, err := node.Client().ClusterKeySlot(ctx, lockKey(prefix, name)).Result()
+		require.NoError(t, err)
+		slots, err := node.Client().ClusterSlots(ctx).Result()
+		require.NoError(t, err)
+		for _, s := range slots {
+			if int64(s.Start) <= slot && slot <= int64(s.End) && s.Nodes[0].Addr == node.Addr {
+				return name
+			}
+		}
+	}
+	t.Fatal("no name maps to the node")
+	return ""
+}
+
+// On a two-master cluster fencectl follows MOVED (a name on the other
+// master), repairs there, and doctor checks every master.
+func TestCluster(t *testing.T) {
+	ctx := ctxT(t)
+	nodes := newCluster(t, 2)
+	db := migratedDB(t)
+	far := nameOn(t, nodes[1], "fence:")
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fencelock.fence (resource, token, holder) VALUES ($1, 9000000000000000, 'old')`, far)
+	require.NoError(t, err)
+
+	// Seeded with the first node, about a name the second one serves.
+	code, out, errOut := fencectl(t, "locks", "inspect", far, "--redis", nodes[0].Addr, "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, `"name": "`+far+`"`)
+
+	code, out, errOut = fencectlProc(t, nil, "doctor", "--redis", nodes[0].Addr, "--db", db.URL)
+	assert.Equal(t, exitFailed, code, errOut)
+	assert.Equal(t, []string{"tokens"}, verdicts(out)["FAIL"], out)
+	assert.Contains(t, out, "on "+nodes[1].Addr, "the clock of the master that owns the name")
+	lits := doctorLiterals(nil, db)
+	lits[nodes[0].Addr], lits[nodes[1].Addr] = "NODE_SEED", "NODE_OTHER"
+	lits[far] = "FARNAME"
+	golden(t, "cluster", normalize(out, lits))
+
+	code, out, errOut = fencectl(t, "tokens", "repair", far, "--redis", nodes[0].Addr, "--db", db.URL)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, far+": counter is 9000000000000000")
+	n, err := redis.NewClient(&redis.Options{Addr: nodes[1].Addr}).Get(ctx, lockKey("fence:", far)+":seq").Int64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(9000000000000000), n, "the counter was raised on the master that owns it")
+
+	code, out, _ = fencectlProc(t, nil, "doctor", "--redis", nodes[1].Addr, "--db", db.URL)
+	assert.Equal(t, exitOK, code, out)
+}
+
+// A cluster with slots nobody serves fails the cluster check.
+func TestDoctorClusterState(t *testing.T) {
+	ctx := ctxT(t)
+	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--cluster-enabled", "yes"))
+	require.NoError(t, r.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 8191).Err())
+	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", r.Addr)
+	assert.Equal(t, exitFailed, code, errOut)
+	assert.Contains(t, verdicts(out)["FAIL"], "redis.cluster", out)
+	golden(t, "cluster_state", normalize(out, doctorLiterals(r, nil)))
+}

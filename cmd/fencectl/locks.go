@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/fencelock/fencelock/fence"
+)
+
+//go:embed release.lua
+var releaseLua string
+
+var releaseScript = redis.NewScript(releaseLua)
+
+func (a *app) locksCmd() *cobra.Command {
+	inspect := &cobra.Command{
+		Use:   "inspect NAME...",
+		Short: "Show each lock's holder, token, TTL and token counter",
+		Long: `Show each lock's holder, token, remaining TTL and token counter, read from
+Redis without changing anything. On a Redis Cluster each name is read from
+the master that owns it.`,
+		Example: "  fencectl locks inspect stock-sync:eu --redis 127.0.0.1:6379\n  fencectl locks inspect stock-sync:eu -o json",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := needNames("lock NAME", args); err != nil {
+				return err
+			}
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			rc, locks, err := a.openLocks(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeLocks(rc, locks)
+			var infos []lockJSON
+			for _, n := range args {
+				info, err := locks.Inspect(cmd.Context(), n)
+				if err != nil {
+					return err
+				}
+				infos = append(infos, toLockJSON(info))
+			}
+			return a.printLocks(infos)
+		},
+	}
+	a.redisFlag(inspect)
+	a.outputFlag(inspect)
+
+	var force, yes bool
+	release := &cobra.Command{
+		Use:   "release NAME --force",
+		Short: "Delete a lock whoever holds it (prints the holder, asks unless --yes)",
+		Long: `Delete a lock whoever holds it, and wake its waiters. For a holder that is
+gone for good (a crashed host whose lease is long, a fixed lease without a
+watchdog). The holder, if it still runs, learns of the loss at its next
+renewal (its context is cancelled); until then it believes it holds the
+lock, and only guard (the database) stops its writes. Hence --force, and a
+confirmation unless --yes. The lock is deleted only if it still has the
+holder and token shown.`,
+		Example: "  fencectl locks release stock-sync:eu --force\n  fencectl locks release stock-sync:eu --force --yes",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := needNames("lock NAME", args); err != nil {
+				return err
+			}
+			if !force {
+				return usageErrorf("release deletes a lock someone may still hold (only guard stops its writes then): add --force")
+			}
+			rc, locks, err := a.openLocks(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeLocks(rc, locks)
+			return a.release(cmd.Context(), rc, locks, args[0], yes)
+		},
+	}
+	a.redisFlag(release)
+	release.Flags().BoolVar(&force, "force", false, "required: release a lock held by someone else")
+	release.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	return group("locks", "Inspect or force-release locks in Redis", inspect, release)
+}
+
+func (a *app) openLocks(ctx context.Context) (*redisConn, *fence.Client, error) {
+	rc, err := openRedis(ctx, a.redis(), a.timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	locks, err := rc.locks(a.prefix)
+	if err != nil {
+		_ = rc.Close()
+		return nil, nil, err
+	}
+	return rc, locks, nil
+}
+
+func closeLocks(rc *redisConn, locks *fence.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = locks.Close(ctx)
+	_ = rc.Close()
+}
+
+type lockJSON struct {
+	Name    string `json:"name"`
+	Held    bool   `json:"held"`
+	Holder  string `json:"holder,omitempty"`
+	Token   int64  `json:"token,omitempty"`
+	TTLMs   int64  `json:"ttl_ms,omitempty"`
+	Counter int64  `json:"counter"`
+}
+
+func toLockJSON(i fence.LockInfo) lockJSON {
+	j := lockJSON{Name: i.Name, Held: i.Held, Counter: i.Counter}
+	if i.Held {
+		j.Holder, j.Token, j.TTLMs = i.Holder, i.Token, i.TTL.Milliseconds()
+	}
+	return j
+}
+
+func (a *app) printLocks(infos []lockJSON) error {
+	if a.json() {
+		return a.printJSON(infos)
+	}
+	var rows [][]string
+	for _, i := range infos {
+		holder, token, ttl := "-", "-", "-"
+		if i.Held {
+			holder, token = i.Holder, fmt.Sprint(i.Token)
+			ttl = "no expiry"
+			if i.TTLMs >= 0 {
+				ttl = (time.Duration(i.TTLMs) * time.Millisecond).String()
+			}
+		}
+		rows = append(rows, []string{i.Name, fmt.Sprint(i.Held), holder, token, ttl, fmt.Sprint(i.Counter)})
+	}
+	return a.table([]string{"NAME", "HELD", "HOLDER", "TOKEN", "TTL", "COUNTER"}, rows)
+}
+
+func (a *app) release(ctx context.Context, rc *redisConn, locks *fence.Client, name string, yes bool) error {
+	info, err := locks.Inspect(ctx, name)
+	if err != nil {
+		return err
+	}
+	if !info.Held {
+		fmt.Fprintf(a.stdout, "%s is not held: nothing to release\n", name)
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "%s is held by %s with token %d, %v left\n", name, info.Holder, info.Token, info.TTL.Round(time.Millisecond))
+	if !yes {
+		fmt.Fprintf(a.stdout, "Release it? The holder keeps running until it notices; only guard stops its writes. [y/N] ")
+		line, _ := bufio.NewReader(a.stdin).ReadString('\n')
+		fmt.Fprintln(a.stdout)
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "y", "yes":
+		default:
+			return errAborted
+		}
+	}
+	value := fmt.Sprintf("%d:%s", info.Token, info.Holder)
+	spub := "0"
+	if rc.cluster {
+		spub = "1"
+	}
+	n, err := releaseScript.Run(ctx, rc.rdb, []string{lockKey(a.prefix, name)}, value, channelKey(a.prefix, name), spub).Int()
+	if err != nil {
+		return fmt.Errorf("release %s: %w", name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("release %s: the lock changed since it was shown (released, expired or taken again): nothing deleted; inspect it again", name)
+	}
+	fmt.Fprintf(a.stdout, "released %s (was held by %s, token %d); waiters were woken\n", name, info.Holder, info.Token)
+	return nil
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// dbConn is an open Postgres pool.
+type dbConn struct {
+	pool    *pgxpool.Pool
+	cfg     *pgxpool.Config
+	display string // the address as given, password redacted
+	// userMode is the exec mode the address itself asks for (pgx's default,
+	// cache_statement, when it says nothing): what an application using the
+	// same address gets. fencectl's own connections use exec when the
+	// address does not say, so that it works through a transaction pooler.
+	userMode pgx.QueryExecMode
+}
+
+// parseDBAddr accepts a postgres:// URL, a keyword/value DSN, or a bare
+// host:port (user and database then come from libpq's defaults: $PGUSER,
+// $PGDATABASE, the OS user).
+func parseDBAddr(s string) (*pgxpool.Config, error) {
+	u := s
+	if !strings.Contains(u, "://") && !strings.Contains(u, "=") {
+		u = "postgres://" + u
+	}
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		return nil, usageErrorf("Postgres address %s: %v; give host:port, postgres://user[:password]@host:port/db or key=value pairs",
+			redactAddr(s), oneLine(err))
+	}
+	return cfg, nil
+}
+
+func openDB(ctx context.Context, addr string, timeout time.Duration) (*dbConn, error) {
+	if addr == "" {
+		return nil, usageErrorf("no Postgres: give --db host:port|URL or set DATABASE_URL")
+	}
+	cfg, err := parseDBAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &dbConn{cfg: cfg, display: redactAddr(addr), userMode: cfg.ConnConfig.DefaultQueryExecMode}
+	if !strings.Contains(addr, "default_query_exec_mode") {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	cfg.MaxConns = 4
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > timeout {
+		cfg.ConnConfig.ConnectTimeout = timeout
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, &unreachableError{what: "Postgres", addr: c.display, err: err}
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, &unreachableError{what: "Postgres", addr: c.display, err: err}
+	}
+	c.pool = pool
+	return c, nil
+}
+
+func (c *dbConn) Close() { c.pool.Close() }
+
+// sqlDB is a database/sql handle on the pool, for goose; closing it leaves
+// the pool open.
+func (c *dbConn) sqlDB() *sql.DB { return stdlib.OpenDBFromPool(c.pool) }
+
+// errSchemaMissing says how to install the schema, with the goose CLI's
+// -table too (without it goose records the versions in the application's
+// own table).
+var errSchemaMissing = errors.New("the fencelock schema is not installed in this database: run 'fencectl migrate up'" +
+	" (with the goose CLI: goose -dir migrations -table fencelock_db_version postgres \"$DATABASE_URL\" up)")
+
+// schemaError turns "relation fencelock.x does not exist" into the fix.
+func schemaError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return errSchemaMissing
+	}
+	return err
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock/fence"
+)
+
+// silentLogger drops go-redis's internal log lines (a dead server otherwise
+// prints several "redis: connection pool: ..." lines per attempt): fencectl
+// reports every failure itself, in one line.
+type silentLogger struct{}
+
+func (silentLogger) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(silentLogger{}) }
+
+// redisConn is an open connection to a standalone Redis or a Redis Cluster.
+type redisConn struct {
+	rdb     redis.UniversalClient
+	cluster bool
+	display string // the address as given, password redacted
+	seed    string // host:port dialled first
+	version string // redis_version, or "" when the server does not say
+	role    string // master or replica (standalone), "" when unknown
+}
+
+// parseRedisAddr accepts redis://, rediss:// and unix:// URLs, or a bare
+// host:port (host alone means port 6379).
+func parseRedisAddr(s string) (*redis.Options, error) {
+	u := s
+	if !strings.Contains(u, "://") {
+		u = "redis://" + u
+	}
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		return nil, usageErrorf("Redis address %s: %v; give host:port or redis://[user:password@]host:port[/db]",
+			redactAddr(s), err)
+	}
+	return opts, nil
+}
+
+// openRedis connects to addr and finds out whether it is a cluster node; on a
+// cluster it returns a ClusterClient seeded with addr, which follows MOVED
+// and ASK redirections and can reach every master.
+func openRedis(ctx context.Context, addr string, timeout time.Duration) (*redisConn, error) {
+	if addr == "" {
+		return nil, usageErrorf("no Redis: give --redis host:port|URL or set REDIS_URL")
+	}
+	opts, err := parseRedisAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	display := redactAddr(addr)
+	// One attempt per command: an operator wants the failure now, not after
+	// three backed-off retries.
+	opts.MaxRetries = -1
+	opts.DialTimeout = timeout
+	opts.ContextTimeoutEnabled = true
+	opts.PoolSize = 4
+	probe := redis.NewClient(opts)
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := probe.Ping(pctx).Err(); err != nil {
+		_ = probe.Close()
+		return nil, &unreachableError{what: "Redis", addr: display, err: err}
+	}
+	c := &redisConn{display: display, seed: opts.Addr}
+	c.version, c.role, c.cluster = serverInfo(pctx, probe)
+	if !c.cluster {
+		c.rdb = probe
+		return c, nil
+	}
+	_ = probe.Close()
+	c.rdb = redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 []string{opts.Addr},
+		Username:              opts.Username,
+		Password:              opts.Password,
+		TLSConfig:             opts.TLSConfig,
+		Dialer:                opts.Dialer,
+		DialTimeout:           opts.DialTimeout,
+		ReadTimeout:           opts.ReadTimeout,
+		WriteTimeout:          opts.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		PoolSize:              4,
+	})
+	if err := c.rdb.Ping(pctx).Err(); err != nil {
+		_ = c.rdb.Close()
+		return nil, &unreachableError{what: "Redis Cluster", addr: display, err: err}
+	}
+	return c, nil
+}
+
+// serverInfo asks HELLO (Redis 6+, allowed to every user) for the version,
+// role and mode; INFO is the fallback for older servers.
+func serverInfo(ctx context.Context, c *redis.Client) (version, role string, cluster bool) {
+	if m, err := c.Do(ctx, "HELLO").Result(); err == nil {
+		get := func(k string) string {
+			switch mm := m.(type) {
+			case map[any]any:
+				s, _ := mm[k].(string)
+				return s
+			case []any: // RESP2: flat key/value list
+				for i := 0; i+1 < len(mm); i += 2 {
+					if mm[i] == k {
+						s, _ := mm[i+1].(string)
+						return s
+					}
+				}
+			}
+			return ""
+		}
+		return get("version"), get("role"), get("mode") == "cluster"
+	}
+	info, err := c.Info(ctx).Result()
+	if err != nil {
+		return "", "", false
+	}
+	f := infoFields(info)
+	role = f["role"]
+	if role == "slave" {
+		role = "replica"
+	}
+	return f["redis_version"], role, f["cluster_enabled"] == "1"
+}
+
+// infoFields parses INFO output into key -> value.
+func infoFields(info string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !strings.HasPrefix(k, "#") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (c *redisConn) mode() string {
+	if c.cluster {
+		return "cluster"
+	}
+	return "standalone"
+}
+
+// locks returns a fence client on the connection (its watchdog is idle:
+// fencectl never holds a lock).
+func (c *redisConn) locks(prefix string) (*fence.Client, error) {
+	return fence.New(c.rdb, fence.WithPrefix(prefix))
+}
+
+// nodeAddr is a node's address for reports: a node that does not know its
+// own IP (a one-node cluster announces ":port") gets the seed's host.
+func (c *redisConn) nodeAddr(n *redis.Client) string {
+	addr := n.Options().Addr
+	if strings.HasPrefix(addr, ":") {
+		if host, _, ok := strings.Cut(c.seed, ":"); ok {
+			addr = host + addr
+		}
+	}
+	return addr
+}
+
+func (c *redisConn) Close() error { return c.rdb.Close() }
+
+// lockKey and channelKey mirror fence's key layout (see DESIGN.md: one hash
+// tag per name, so the three keys share a slot).
+func lockKey(prefix, name string) string    { return prefix + "{" + name + "}" }
+func channelKey(prefix, name string) string { return lockKey(prefix, name) + ":ch" }
+
+// nodeClock returns the server time, in µs, of the node that owns key.
+func (c *redisConn) nodeClock(ctx context.Context, key string) (int64, string, error) {
+	var cmd redis.Cmdable = c.rdb
+	node := ""
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return 0, "", err
+		}
+		cmd, node = m, m.Options().Addr
+	}
+	t, err := cmd.Time(ctx).Result()
+	if err != nil {
+		return 0, node, err
+	}
+	return t.UnixMicro(), node, nil
+}
+
+// unreachableError is the one line printed for a server that does not answer.
+type unreachableError struct {
+	what, addr string
+	err        error
+}
+
+func (e *unreachableError) Error() string {
+	msg := e.err.Error()
+	if errors.Is(e.err, context.DeadlineExceeded) {
+		msg = "no answer within the timeout (--timeout)"
+	}
+	return fmt.Sprintf("%s at %s is not reachable: %s", e.what, e.addr, msg)
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
