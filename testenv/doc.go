@@ -7,9 +7,24 @@
 // stopped when the test or the demo ends. A missing binary is an error that
 // names the Debian package to install; nothing skips.
 //
+// Topologies besides the single server:
+//   - [NewRedisCluster] / [StartRedisCluster]: a Redis Cluster (default 3
+//     masters with 1 replica each, node timeout 1 s, up in about 2 s) with a
+//     ready [Cluster.Client]; [SharedRedisCluster] is one per test binary for
+//     tests that inject no faults;
+//   - [NewSentinel] / [StartSentinel]: a master, its replica and three
+//     sentinels (redis-server --sentinel) with a ready failover client
+//     ([Sentinel.Client]).
+//
 // Faults:
 //   - [Redis.Pause] / [Redis.Resume] (SIGSTOP / SIGCONT), [Redis.Restart]
-//     with or without its data, [Redis.Flush], [Redis.Kill];
+//     with or without its data, [Redis.Flush], [Redis.Kill] — on single
+//     servers and on every cluster node, replica and sentinel alike;
+//   - [Redis.MissWrites]: a replica that misses the master's next writes,
+//     so that a failover to it loses them;
+//   - [ClusterNode.Failover] (CLUSTER FAILOVER, FORCE or TAKEOVER) and
+//     [Cluster.WaitFailover] after a master was paused or killed;
+//     [Sentinel.Failover] (SENTINEL FAILOVER) and [Sentinel.WaitFailover];
 //   - [Postgres.Restart];
 //   - [Proxy], a TCP proxy between client and server that can
 //     [Proxy.Cut], [Proxy.Blackhole] or [Proxy.Delay] the connection and

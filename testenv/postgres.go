@@ -337,8 +337,10 @@ func SharedPostgres() (*Postgres, error) {
 	return pg, nil
 }
 
-// StopShared stops the shared Postgres, if one was started.
+// StopShared stops the shared Postgres and the shared Redis Cluster, if
+// they were started.
 func StopShared() {
+	stopSharedCluster()
 	sharedMu.Lock()
 	pg := sharedPG
 	sharedPG = nil

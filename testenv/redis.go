@@ -31,6 +31,12 @@ type RedisOption func(*redisConfig)
 type redisConfig struct {
 	aof  bool
 	args []string
+
+	// Set by the cluster and sentinel starters, not by options.
+	clusterBus bool   // pick a second free port for the cluster bus
+	conf       string // config file name in the server's dir (sentinel)
+	sentinel   bool   // run in sentinel mode
+	dirPrefix  string // temp dir name prefix
 }
 
 // WithAOF turns on append-only-file persistence (fsync always), so that
@@ -57,12 +63,14 @@ type Redis struct {
 	cfg      redisConfig
 	dir      string
 	port     int
+	busPort  int // cluster bus port, 0 unless a cluster node
 	bin      string
 
 	mu      sync.Mutex
 	proc    *process
 	clients []*redis.Client
 	client  *redis.Client
+	admin   *redis.Client
 }
 
 // redisPaths are where redis-server is looked for when it is not on PATH.
@@ -89,11 +97,22 @@ func StartRedis(opts ...RedisOption) (*Redis, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	return startRedis(cfg, nil)
+}
+
+// startRedis starts a server with cfg. prepare, if not nil, runs in the new
+// directory once the ports are chosen and before each start attempt (the
+// sentinel writes its config file there).
+func startRedis(cfg redisConfig, prepare func(r *Redis) error) (*Redis, error) {
 	bin, err := RedisBinary()
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "fencelock-redis-")
+	prefix := cfg.dirPrefix
+	if prefix == "" {
+		prefix = "fencelock-redis-"
+	}
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		return nil, fmt.Errorf("testenv: redis temp dir: %w", err)
 	}
@@ -102,11 +121,26 @@ func StartRedis(opts ...RedisOption) (*Redis, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		port, err := freePort()
 		if err != nil {
+			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 		r.port = port
+		if cfg.clusterBus {
+			// The bus port is set explicitly (cluster-port) rather than
+			// port+10000, which may be taken or above 65535.
+			if r.busPort, err = freePort(); err != nil {
+				_ = os.RemoveAll(dir)
+				return nil, err
+			}
+		}
 		r.Addr = "127.0.0.1:" + strconv.Itoa(port)
 		r.URL = "redis://" + r.Addr
+		if prepare != nil {
+			if err := prepare(r); err != nil {
+				_ = os.RemoveAll(dir)
+				return nil, err
+			}
+		}
 		if lastErr = r.start(); lastErr == nil {
 			return r, nil
 		}
@@ -116,15 +150,25 @@ func StartRedis(opts ...RedisOption) (*Redis, error) {
 }
 
 func (r *Redis) start() error {
-	args := []string{
+	var args []string
+	if r.cfg.conf != "" {
+		args = append(args, filepath.Join(r.dir, r.cfg.conf))
+	}
+	if r.cfg.sentinel {
+		args = append(args, "--sentinel")
+	}
+	args = append(args,
 		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
 		"--dir", r.dir, "--save", "", "--protected-mode", "no",
 		"--daemonize", "no", "--logfile", filepath.Join(r.dir, "redis.log"),
-	}
+	)
 	if r.cfg.aof {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
 		args = append(args, "--appendonly", "no")
+	}
+	if r.busPort != 0 {
+		args = append(args, "--cluster-port", strconv.Itoa(r.busPort))
 	}
 	args = append(args, r.cfg.args...)
 	cmd := exec.Command(r.bin, args...)
@@ -236,10 +280,40 @@ func (r *Redis) newClientLocked(opts *redis.Options) *redis.Client {
 	return c
 }
 
+// adminClient is the client testenv itself uses to query and steer the
+// server: short timeouts and no retries, so a paused or dead server costs a
+// poll half a second, not the default minutes.
+func (r *Redis) adminClient() *redis.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.admin == nil {
+		r.admin = r.newClientLocked(&redis.Options{
+			DialTimeout: 300 * time.Millisecond, ReadTimeout: 500 * time.Millisecond,
+			WriteTimeout: 500 * time.Millisecond, MaxRetries: -1, PoolSize: 4,
+			Protocol: 2, // SENTINEL and CLUSTER replies as flat arrays
+		})
+	}
+	return r.admin
+}
+
+// running reports whether the server process is up and not paused: the
+// ones whose view of a cluster counts.
+func (r *Redis) running() bool {
+	r.mu.Lock()
+	p := r.proc
+	r.mu.Unlock()
+	if p == nil || p.exited() {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.paused
+}
+
 func (r *Redis) closeClients() {
 	r.mu.Lock()
 	cs := r.clients
-	r.clients, r.client = nil, nil
+	r.clients, r.client, r.admin = nil, nil, nil
 	r.mu.Unlock()
 	for _, c := range cs {
 		_ = c.Close()
