@@ -1,9 +1,16 @@
 package migrations
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // ErrNilDB is returned by Up, Down and Status when db is nil.
 var ErrNilDB = errors.New("migrations: nil *sql.DB: open one with sql.Open(\"pgx\", url) or stdlib.OpenDBFromPool(pool)")
+
+// ErrInvalidOption is returned by Up, Down and Status for a bad option (a
+// nil one, Force outside Down).
+var ErrInvalidOption = errors.New("migrations: invalid option")
 
 // ErrUnrecorded is returned by Up when the fencelock schema exists but
 // VersionTable does not record it, typically because the goose CLI was
@@ -12,3 +19,23 @@ var ErrNilDB = errors.New("migrations: nil *sql.DB: open one with sql.Open(\"pgx
 var ErrUnrecorded = errors.New("migrations: schema fencelock exists but is not recorded in " + VersionTable +
 	": if it was installed with the goose CLI, run it with -table " + VersionTable +
 	" (goose -dir migrations -table " + VersionTable + " postgres \"$DATABASE_URL\" up), or drop the schema and run Up again")
+
+// ErrProtected is what a *ProtectedError matches with errors.Is.
+var ErrProtected = errors.New("migrations: down: tables are still protected by pgfence's Protect")
+
+// ProtectedError is returned by Down when tables protected by pgfence's
+// Protect still have their trigger: dropping the schema would silently
+// leave them unfenced. Unprotect them (pgfence Store.Unprotect, or DROP
+// TRIGGER fencelock_protect ON table), or pass Force.
+type ProtectedError struct {
+	// Tables are the protected tables, schema-qualified.
+	Tables []string
+}
+
+func (e *ProtectedError) Error() string {
+	return ErrProtected.Error() + ": " + strings.Join(e.Tables, ", ") +
+		": unprotect them first (Store.Unprotect), or call Down(ctx, db, migrations.Force()) to drop their triggers with the schema"
+}
+
+// Unwrap returns ErrProtected.
+func (e *ProtectedError) Unwrap() error { return ErrProtected }

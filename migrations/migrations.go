@@ -28,6 +28,16 @@ var files embed.FS
 // FS returns the embedded SQL migration files (goose format, at the root).
 func FS() fs.FS { return files }
 
+// newLocker is goose's Postgres session advisory lock, probed every second
+// (goose's default is every 5 s) for up to 5 minutes.
+func newLocker() (lock.SessionLocker, error) {
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
+	if err != nil {
+		return nil, fmt.Errorf("migrations: session locker: %w", err)
+	}
+	return locker, nil
+}
+
 // newProvider builds a goose provider (never Closed: that would close the
 // caller's db) over the embedded files with
 // Postgres's session-level advisory lock, so that two processes migrating
@@ -36,10 +46,9 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 	if db == nil {
 		return nil, ErrNilDB
 	}
-	// Probe every second (goose's default is every 5 s) for up to 5 minutes.
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
+	locker, err := newLocker()
 	if err != nil {
-		return nil, fmt.Errorf("migrations: session locker: %w", err)
+		return nil, err
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, FS(),
 		goose.WithSessionLocker(locker),
@@ -54,11 +63,26 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 	return p, nil
 }
 
+func setup(db *sql.DB, op string, opts []Option) (*goose.Provider, *config, error) {
+	if db == nil {
+		return nil, nil, ErrNilDB
+	}
+	cfg, err := newConfig(op, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := newProvider(db)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, cfg, nil
+}
+
 // Up applies every pending fencelock migration to db (a database/sql handle
 // on Postgres, e.g. from github.com/jackc/pgx/v5/stdlib). ctx bounds the
 // whole run, including the wait for another process's migration lock.
-func Up(ctx context.Context, db *sql.DB) error {
-	p, err := newProvider(db)
+func Up(ctx context.Context, db *sql.DB, opts ...Option) error {
+	p, _, err := setup(db, "up", opts)
 	if err != nil {
 		return err
 	}
@@ -74,12 +98,32 @@ func Up(ctx context.Context, db *sql.DB) error {
 }
 
 // Down rolls back every fencelock migration: the fencelock schema and
-// everything in it (tables, functions, and the protect triggers installed
-// on user tables) are dropped. The version table stays, empty.
-func Down(ctx context.Context, db *sql.DB) error {
-	p, err := newProvider(db)
+// everything in it (tables with the stored tokens, functions) are dropped.
+// The version table stays, empty.
+//
+// While tables protected by pgfence's Protect still have their trigger,
+// Down refuses with a *ProtectedError naming them (unprotect them first),
+// unless Force is given: then it drops those triggers too.
+func Down(ctx context.Context, db *sql.DB, opts ...Option) error {
+	p, cfg, err := setup(db, "down", opts)
 	if err != nil {
 		return err
+	}
+	triggers, err := protectTriggers(ctx, db)
+	if err != nil {
+		return err
+	}
+	if len(triggers) > 0 {
+		if !cfg.force {
+			tables := make([]string, len(triggers))
+			for i, t := range triggers {
+				tables[i] = t.table
+			}
+			return &ProtectedError{Tables: tables}
+		}
+		if err := dropTriggers(ctx, db, triggers); err != nil {
+			return err
+		}
 	}
 	if _, err := p.DownTo(ctx, 0); err != nil {
 		return fmt.Errorf("migrations: down: %w", err)
@@ -88,8 +132,8 @@ func Down(ctx context.Context, db *sql.DB) error {
 }
 
 // Status reports each fencelock migration and whether it is applied.
-func Status(ctx context.Context, db *sql.DB) ([]*goose.MigrationStatus, error) {
-	p, err := newProvider(db)
+func Status(ctx context.Context, db *sql.DB, opts ...Option) ([]*goose.MigrationStatus, error) {
+	p, _, err := setup(db, "status", opts)
 	if err != nil {
 		return nil, err
 	}

@@ -48,7 +48,8 @@ func objects(t *testing.T, db *sql.DB) (tables, functions, triggers int) {
 	return
 }
 
-var wantFunctions = []string{"advance", "apply_key", "check_args", "claim", "close", "open", "precheck", "protect_guard", "raise_applied", "raise_stale", "run_check", "run_finish", "run_step"}
+var wantFunctions = []string{"advance", "apply_key", "check_args", "check_token", "claim", "close", "open", "precheck", "protect_guard",
+	"prune", "raise_applied", "raise_finished", "raise_invalid", "raise_stale", "run_state"}
 
 func functionNames(t *testing.T, db *sql.DB) []string {
 	t.Helper()
@@ -115,9 +116,22 @@ func TestUpDownUp(t *testing.T) {
 	_, _, triggers := objects(t, db)
 	assert.Equal(t, 1, triggers)
 
-	// Down removes all of it, including the trigger on the user's table,
-	// and leaves the user's data alone.
-	require.NoError(t, migrations.Down(ctx, db))
+	// Down refuses while the table is protected, naming it, and leaves
+	// everything as it was.
+	err = migrations.Down(ctx, db)
+	var perr *migrations.ProtectedError
+	require.ErrorAs(t, err, &perr)
+	require.ErrorIs(t, err, migrations.ErrProtected)
+	assert.Equal(t, []string{"public.stock"}, perr.Tables)
+	assert.Contains(t, err.Error(), "public.stock")
+	assert.Contains(t, err.Error(), "migrations.Force()")
+	assert.True(t, schemaExists(t, db))
+	_, _, triggers = objects(t, db)
+	assert.Equal(t, 1, triggers)
+
+	// Forced, Down removes all of it, including the trigger on the user's
+	// table, and leaves the user's data alone.
+	require.NoError(t, migrations.Down(ctx, db, migrations.Force()))
 	assert.False(t, schemaExists(t, db))
 	tables, functions, triggers = objects(t, db)
 	assert.Zero(t, tables)
@@ -242,18 +256,7 @@ func TestOpenCloseByHand(t *testing.T) {
 	db := openDB(t, tdb.URL)
 	ctx := ctxT(t)
 	require.NoError(t, migrations.Up(ctx, db))
-	tx := func(stmts ...string) error {
-		t.Helper()
-		x, err := db.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		for _, s := range stmts {
-			if _, err := x.ExecContext(ctx, s); err != nil {
-				_ = x.Rollback()
-				return err
-			}
-		}
-		return x.Commit()
-	}
+	tx := txRunner(t, db)
 	token := func() (tok int64, holder string) {
 		t.Helper()
 		require.NoError(t, db.QueryRowContext(ctx, `SELECT token, holder FROM fencelock.fence WHERE resource = 'r'`).Scan(&tok, &holder))
@@ -284,6 +287,7 @@ func TestOpenCloseByHand(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT cursor FROM fencelock.runs WHERE run_key = 'run' AND finished AND finished_at IS NOT NULL`).Scan(&cursor))
 	assert.Equal(t, "8", cursor)
 	require.ErrorContains(t, tx(`SELECT fencelock.open('r', 5, 'b', NULL, 'run')`), "FL004")
+	require.ErrorContains(t, tx(`SELECT fencelock.open('r', 5, 'b', NULL, 'run')`), "finished (by token 5)")
 	require.ErrorContains(t, tx(`SELECT fencelock.close('r', 5, 'b', NULL, 'run', '9')`), "FL004")
 
 	for _, bad := range []string{

@@ -1,0 +1,57 @@
+package migrations_test
+
+import (
+	"database/sql"
+	"testing"
+
+	"github.com/fencelock/fencelock/migrations"
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func requireAllState(t *testing.T, db *sql.DB, want goose.State) []*goose.MigrationStatus {
+	t.Helper()
+	st, err := migrations.Status(ctxT(t), db)
+	require.NoError(t, err)
+	require.Len(t, st, 2)
+	for _, s := range st {
+		assert.Equal(t, want, s.State, s.Source.Path)
+	}
+	return st
+}
+
+// Down through the plain goose CLI (package API) also refuses while a table
+// is protected: Postgres names the table.
+func TestGooseCLIDownRefusesProtectedTable(t *testing.T) {
+	db := openDB(t, testenv.NewDB(t).URL)
+	ctx := ctxT(t)
+	require.NoError(t, migrations.Up(ctx, db))
+	_, err := db.ExecContext(ctx, `CREATE TABLE stock (n int);
+		CREATE TRIGGER fencelock_protect BEFORE INSERT ON stock FOR EACH STATEMENT EXECUTE FUNCTION fencelock.protect_guard()`)
+	require.NoError(t, err)
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithTableName(migrations.VersionTable))
+	require.NoError(t, err)
+	_, err = p.DownTo(ctx, 0)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "tables still protected by pgfence Protect: public.stock")
+	assert.True(t, schemaExists(t, db))
+	assert.Equal(t, wantFunctions, functionNames(t, db), "nothing dropped")
+	requireAllState(t, db, goose.StateApplied)
+}
+
+func TestOptions(t *testing.T) {
+	db := openDB(t, testenv.NewDB(t).URL)
+	ctx := ctxT(t)
+	err := migrations.Up(ctx, db, migrations.Force())
+	require.ErrorIs(t, err, migrations.ErrInvalidOption)
+	assert.Contains(t, err.Error(), "Force applies to Down only")
+	_, err = migrations.Status(ctx, db, migrations.Force())
+	require.ErrorIs(t, err, migrations.ErrInvalidOption)
+	require.ErrorIs(t, migrations.Up(ctx, db, nil), migrations.ErrInvalidOption)
+	assert.False(t, schemaExists(t, db), "a bad option does nothing")
+	require.NoError(t, migrations.Up(ctx, db))
+	require.NoError(t, migrations.Down(ctx, db, migrations.Force()), "Force without protected tables")
+	assert.False(t, schemaExists(t, db))
+}

@@ -1,0 +1,167 @@
+package pgfence_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rolesAppGrants are the grants the README documents for an application
+// role: nothing on the fencelock tables.
+var rolesAppGrants = []string{
+	"GRANT USAGE ON SCHEMA fencelock TO %s",
+	"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %s",
+}
+
+// rolesNewRole creates a login role with only the documented fencelock
+// grants (plus its own table's privileges) and returns a pool connected as
+// it. Roles are global to the server: the name is unique and the role is
+// dropped at the end.
+func rolesNewRole(t *testing.T, admin *pgxpool.Pool, url string) (string, *pgxpool.Pool) {
+	t.Helper()
+	ctx := testCtx(t)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	role := "fl_app_" + hex.EncodeToString(b)
+	ident := pgx.Identifier{role}.Sanitize()
+	mustExec(t, admin, "CREATE ROLE "+ident+" LOGIN NOSUPERUSER NOINHERIT")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = admin.Exec(ctx, "DROP OWNED BY "+ident)
+		_, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+ident)
+	})
+	for _, g := range rolesAppGrants {
+		mustExec(t, admin, fmt.Sprintf(g, ident))
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.User = role
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var who string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_user").Scan(&who))
+	require.Equal(t, role, who)
+	return ident, pool
+}
+
+func rolesCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// An application role with only USAGE on the schema and EXECUTE on its
+// functions runs everything pgfence does: Advance, guard.Exec with a key,
+// a resumable run, Prune, writes to a Protect-ed table (through guard and
+// as raw SQL). It cannot touch the fencelock tables directly: lowering a
+// token by hand is permission denied.
+func TestRestrictedRole(t *testing.T) {
+	db := newDB(t)
+	ctx := testCtx(t)
+	stockTable(t, db.Pool)
+	// The table's owner (here the admin) protects it; the app may write it.
+	admin := newStore(t, db.Pool)
+	require.NoError(t, admin.Protect(ctx, "stock", pgfence.ForResource("sync")))
+	role, appPool := rolesNewRole(t, db.Pool, db.URL)
+	mustExec(t, db.Pool, "GRANT SELECT, INSERT, UPDATE, DELETE ON stock TO "+role)
+	app := newStore(t, appPool)
+
+	a := lease{"sync", 10, "a"}
+	require.NoError(t, app.Advance(ctx, a))
+	assert.EqualValues(t, 10, storedToken(t, db.Pool, "sync"))
+
+	insert := func(writer string) func(context.Context, pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO stock (sku, qty, writer) VALUES ('x', 1, $1)", writer)
+			return err
+		}
+	}
+	_, err := guard.Exec(ctx, app, a, insert("exec"), guard.WithKey("batch-1"))
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, app, a, insert("exec-again"), guard.WithKey("batch-1"))
+	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+
+	run := app.Run(a, "run-1")
+	cur, fin, err := run.Resume(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "", cur)
+	assert.False(t, fin)
+	require.NoError(t, run.Step(ctx, "page-1", insert("run")))
+	cur, _, err = run.Resume(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "page-1", cur)
+	require.NoError(t, run.Finish(ctx))
+	_, fin, err = run.Resume(ctx)
+	require.NoError(t, err)
+	assert.True(t, fin)
+	require.ErrorIs(t, run.Step(ctx, "page-2", insert("run")), pgfence.ErrRunFinished)
+
+	// Raw SQL through the app role: claim first, then write.
+	rawTx := func(stmts ...string) error {
+		tx, err := appPool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		return tx.Commit(ctx)
+	}
+	require.NoError(t, rawTx("SELECT fencelock.claim('sync', 10, 'a')", "INSERT INTO stock VALUES ('x', 1, 'raw')"))
+	err = rawTx("INSERT INTO stock VALUES ('x', 1, 'unclaimed')")
+	require.ErrorIs(t, pgfence.MapError(err), pgfence.ErrNotClaimed)
+
+	// A newer holder through the same role; the old one is refused.
+	b := lease{"sync", 11, "b"}
+	require.NoError(t, app.Advance(ctx, b))
+	_, err = guard.Exec(ctx, app, a, insert("stale"))
+	require.ErrorIs(t, err, guard.ErrStaleToken)
+	err = rawTx("SELECT fencelock.claim('sync', 10, 'a')", "INSERT INTO stock VALUES ('x', 1, 'stale-raw')")
+	require.ErrorIs(t, pgfence.MapError(err), guard.ErrStaleToken)
+
+	n, err := app.Prune(ctx, 0)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, n, "the key and the finished run")
+
+	rows, err := db.Pool.Query(ctx, "SELECT writer FROM stock ORDER BY writer")
+	require.NoError(t, err)
+	writers, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	assert.Equal(t, []string{"exec", "raw", "run"}, writers)
+
+	// The tables themselves are out of reach: no lowering a token by hand,
+	// no reading or writing the bookkeeping.
+	for _, q := range []string{
+		"UPDATE fencelock.fence SET token = 1 WHERE resource = 'sync'",
+		"DELETE FROM fencelock.fence",
+		"SELECT token FROM fencelock.fence",
+		"INSERT INTO fencelock.applied (resource, key, token) VALUES ('sync', 'k', 1)",
+		"UPDATE fencelock.runs SET finished = false, finished_at = NULL",
+		"SELECT fencelock.apply_key('sync', 'k', 11)", // a helper: runs with the caller's rights
+	} {
+		_, err := appPool.Exec(ctx, q)
+		assert.Equal(t, "42501", rolesCode(err), "%s: want permission denied, got %v", q, err)
+	}
+	assert.EqualValues(t, 11, storedToken(t, db.Pool, "sync"))
+
+	// Without the EXECUTE grant the functions are closed too (they are not
+	// executable by PUBLIC).
+	mustExec(t, db.Pool, "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock FROM "+role)
+	_, err = appPool.Exec(ctx, "SELECT fencelock.claim('sync', 12, 'c')")
+	assert.Equal(t, "42501", rolesCode(err), "%v", err)
+}
