@@ -23,8 +23,10 @@ const maxBatch = 10000
 //     (renewal due, local deadline, max-hold limit) and one timer for the
 //     earliest; it cancels lost locks itself, so a loss is signalled on time
 //     even while a renewal round hangs on a dead connection;
-//   - the renewer sends the due renewals of all locks in one pipeline (one
-//     round trip per node) and hands the outcomes back.
+//   - the renewer hands the due renewals to one goroutine per node, which
+//     sends them in one pipeline (one round trip per node) and hands the
+//     outcome back as soon as its node answered: one node's trouble delays
+//     no other node's renewals.
 type watchdog struct {
 	c *Client
 
@@ -272,12 +274,24 @@ func (w *watchdog) apply(r roundResult) {
 	}
 }
 
-// retryDelay spaces retries of a failed renewal: several fit in the lease.
+// retryDelay spaces retries of a failed renewal: several fit in the lease,
+// and at most maxRetryDelay passes between them, so that renewals resume
+// soon after a failover ends.
 func retryDelay(lease time.Duration) time.Duration {
-	return max(lease/20, 10*time.Millisecond)
+	return min(max(lease/20, 10*time.Millisecond), maxRetryDelay)
 }
 
-// renew runs renewal rounds handed over by the scheduler.
+// maxRetryDelay caps the wait between retries of a failed renewal.
+const maxRetryDelay = 250 * time.Millisecond
+
+// renew dispatches the renewal rounds handed over by the scheduler: one
+// goroutine per node, each sending its node's renewals in one pipeline
+// (batches of maxBatch, one after another) and handing back each result
+// as soon as that node answered. A stalled or dead node then delays the
+// outcome of its own locks only: the others' results are applied while its
+// round still hangs, and the scheduler cancels its locks at their
+// deadlines. Those locks stay in flight (not re-sent) until their round
+// ends, so a hung node has at most one round per lock outstanding.
 func (w *watchdog) renew() {
 	defer w.wg.Done()
 	for {
@@ -287,19 +301,30 @@ func (w *watchdog) renew() {
 			return
 		case batch = <-w.work:
 		}
-		for len(batch) > 0 {
-			n := min(len(batch), maxBatch)
-			r := w.round(batch[:n])
-			batch = batch[n:]
-			select {
-			case w.results <- r:
-			case <-w.stop:
-				return
-			}
+		for _, group := range w.c.byNode(batch) {
+			w.wg.Add(1) // safe: this goroutine's own count is still held
+			go w.renewNode(group)
 		}
 	}
 }
 
+// renewNode renews the locks of one node.
+func (w *watchdog) renewNode(locks []*Lock) {
+	defer w.wg.Done()
+	for len(locks) > 0 {
+		n := min(len(locks), maxBatch)
+		r := w.round(locks[:n])
+		locks = locks[n:]
+		select {
+		case w.results <- r:
+		case <-w.stop:
+			// Close is running: the locks are cancelled by it.
+			return
+		}
+	}
+}
+
+// round renews locks, which live on one node, in one pipeline.
 func (w *watchdog) round(locks []*Lock) roundResult {
 	// Skip locks released or lost since they were queued: no renewal is
 	// started for a lock after remove returned.
@@ -337,8 +362,17 @@ func (w *watchdog) round(locks []*Lock) roundResult {
 	r := roundResult{locks: locks, start: time.Now(), res: make([]int64, len(locks)), errs: make([]error, len(locks))}
 	cmds := execScripts(ctx, w.c.rdb, renewScript, calls)
 	r.rtt = time.Since(r.start)
+	var failed error
 	for i, cmd := range cmds {
 		r.res[i], r.errs[i] = cmd.Int64()
+		if r.errs[i] != nil && failed == nil {
+			failed = r.errs[i]
+		}
+	}
+	if failed != nil {
+		// A failover or a moved slot: have go-redis look again now,
+		// so that the retry goes to the new master.
+		w.c.refreshTopology(failed)
 	}
 	return r
 }
