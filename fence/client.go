@@ -27,6 +27,8 @@ type Client struct {
 
 	mu    sync.Mutex
 	locks map[*Lock]struct{} // acquired and not yet released
+
+	checks serverChecks // see serverchecks.go
 }
 
 // New returns a Client on rdb (a *redis.Client, *redis.ClusterClient or
@@ -59,6 +61,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c := &Client{rdb: rdb, cfg: cfg, cluster: cluster, closing: make(chan struct{}), locks: map[*Lock]struct{}{}}
 	c.waiter = newWaiter(c)
 	c.wd = newWatchdog(c)
+	c.startServerChecks()
 	return c, nil
 }
 
@@ -194,6 +197,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config) (
 		}
 	}
 	if err != nil {
+		c.refreshTopology(err)
 		return nil, acquireReply{}, fmt.Errorf("fence: acquire %q: %w", name, err)
 	}
 	if !rep.acquired {
@@ -244,13 +248,15 @@ func (c *Client) acquireAndWait(ctx context.Context, call scriptCall, cfg config
 	}
 	for try := 0; ; try++ {
 		pipe := node.Pipeline()
-		acq := acquireScript.EvalSha(ctx, pipe, call.keys, call.args...)
+		var acq *redis.Cmd
+		if try == 0 {
+			acq = acquireScript.EvalSha(ctx, pipe, call.keys, call.args...)
+		} else { // EVAL loads the script without SCRIPT LOAD (see execScripts)
+			acq = acquireScript.Eval(ctx, pipe, call.keys, call.args...)
+		}
 		wait := pipe.Do(ctx, "wait", cfg.replicas, cfg.replicaTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)
 		if isNoScript(acq.Err()) && try == 0 {
-			if err := acquireScript.Load(ctx, node).Err(); err != nil {
-				return acquireReply{}, 0, err
-			}
 			continue
 		}
 		v, err := acq.Result()
@@ -276,14 +282,11 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 	call := l.releaseCall()
 	n, err := releaseScript.Run(ctx, c.rdb, call.keys, call.args...).Int64()
 	if err != nil {
+		c.refreshTopology(err)
 		c.waiter.wakeChannel(l.keys.channel)
 		return fmt.Errorf("fence: release %q: %w", l.name, err)
 	}
-	if n != 1 {
-		c.waiter.wakeChannel(l.keys.channel)
-		return notHeld(l.name)
-	}
-	return nil
+	return c.releaseOutcome(l, n)
 }
 
 func (c *Client) forget(l *Lock) {
@@ -337,8 +340,8 @@ func (c *Client) Close(ctx context.Context) error {
 			case err != nil:
 				err = fmt.Errorf("fence: close: release %q: %w", locks[i].name, err)
 				errs = append(errs, err)
-			case n != 1:
-				err = notHeld(locks[i].name)
+			default:
+				err = c.releaseOutcome(locks[i], n)
 			}
 			c.cfg.observer.Released(Event{Name: locks[i].name, Token: locks[i].token,
 				Duration: time.Since(locks[i].acquiredAt), Err: err})
@@ -346,6 +349,7 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	c.wd.close()
 	c.waiter.close()
+	c.waitServerChecks()
 	return errors.Join(errs...)
 }
 

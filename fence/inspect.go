@@ -20,9 +20,14 @@ type LockInfo struct {
 	Token   int64         // when held
 	TTL     time.Duration // when held; -1 when the key has no expiry
 	Counter int64         // the token counter; 0 when the key is absent
+	// Eviction is the configuration of the node that holds the lock: when
+	// Eviction.Evicts(), Redis may evict the lock under memory pressure.
+	// Zero when the user may not run INFO.
+	Eviction Eviction
 }
 
-// Inspect reads a lock's state in one round trip, without changing it.
+// Inspect reads a lock's state in one round trip, and the eviction
+// configuration of its node in a second, without changing anything.
 func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	if c.isClosed() {
 		return LockInfo{}, ErrClosed
@@ -63,6 +68,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	default:
 		info.Counter = n
 	}
+	info.Eviction, _ = c.evictionFor(ctx, k.lock) // INFO may be denied: reported as unknown
 	return info, nil
 }
 

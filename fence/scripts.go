@@ -75,9 +75,13 @@ func parseAcquire(v any) (acquireReply, error) {
 func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // execScripts sends one EVALSHA per argument set in one pipeline (the
-// cluster client splits it per node: one round trip per node). When the
-// server lost its script cache, it loads the script and sends the misses
-// once more. Each returned *redis.Cmd carries its own result or error.
+// cluster client splits it per node: one round trip per node). When a
+// node lost its script cache (restart, failover), the misses are sent once
+// more in one pipeline whose first command per node is an EVAL: that loads
+// the script on the node for the EVALSHAs behind it on the same
+// connection, without SCRIPT LOAD, which a restricted ACL user may not
+// have (+@all -script), and without sending the script's body with every
+// call. Each returned *redis.Cmd carries its own result or error.
 func execScripts(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := rdb.Pipeline()
@@ -94,12 +98,25 @@ func execScripts(ctx context.Context, rdb redis.UniversalClient, s *redis.Script
 	if len(retry) == 0 {
 		return cmds
 	}
-	if err := s.Load(ctx, rdb).Err(); err != nil {
-		return cmds
-	}
+	cc, _ := rdb.(*redis.ClusterClient)
+	loaded := map[any]bool{} // nodes that get an EVAL in this pipeline
 	pipe = rdb.Pipeline()
 	for _, i := range retry {
-		cmds[i] = s.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+		c := calls[i]
+		var node any = rdb // without a cluster, one node
+		if cc != nil {
+			if n, err := cc.MasterForKey(ctx, c.keys[0]); err == nil {
+				node = n
+			} else {
+				node = nil // unknown: EVAL this one
+			}
+		}
+		if node == nil || !loaded[node] {
+			loaded[node] = node != nil
+			cmds[i] = s.Eval(ctx, pipe, c.keys, c.args...)
+		} else {
+			cmds[i] = s.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
 	}
 	_, _ = pipe.Exec(ctx)
 	return cmds
