@@ -73,12 +73,17 @@ type waiter struct {
 type psGroup struct {
 	ps      *redis.PubSub
 	sharded bool
+	addr    string // the node; "" when not a cluster
+	// Guarded by waiter.mu (see waiter_failover.go): broken while the
+	// connection fails, closed once its channels moved to other nodes.
+	broken, closed bool
 }
 
 type channelSub struct {
 	group     *psGroup
 	confirmed chan struct{} // closed on the server's confirmation
 	isConf    bool
+	stale     bool            // the server dropped the subscription (slot moved)
 	queue     []*subscription // by arrival; queue[0] is woken by a message
 	idleSince time.Time       // when the queue emptied; zero while in use
 }
@@ -120,6 +125,12 @@ func (m *waiter) subscribe(ctx context.Context, channel string) (s *subscription
 	cs := m.subs[channel]
 	if cs == nil {
 		g, err := m.groupFor(ctx, channel)
+		if err == nil && g.broken {
+			// Its node is unreachable: subscribing would wait for a dial
+			// (under m.mu). The waiter retries once the slot map names
+			// the new master (see waiter_failover.go).
+			err = errNodeDown
+		}
 		if err == nil {
 			if g.sharded {
 				err = g.ps.SSubscribe(ctx, channel)
@@ -173,7 +184,13 @@ func (m *waiter) groupFor(ctx context.Context, channel string) (*psGroup, error)
 	if g := m.groups[addr]; g != nil {
 		return g, nil
 	}
-	g := &psGroup{sharded: m.c.cluster}
+	return m.newGroup(node, addr), nil
+}
+
+// newGroup opens the pub/sub connection for node and starts its reader.
+// Called with m.mu held.
+func (m *waiter) newGroup(node redis.UniversalClient, addr string) *psGroup {
+	g := &psGroup{sharded: m.c.cluster, addr: addr}
 	if g.sharded {
 		g.ps = node.SSubscribe(m.ctx)
 	} else {
@@ -182,7 +199,7 @@ func (m *waiter) groupFor(ctx context.Context, channel string) (*psGroup, error)
 	m.groups[addr] = g
 	m.wg.Add(1)
 	go m.read(g)
-	return g, nil
+	return g
 }
 
 // close drops the interest; the channel is unsubscribed with its last
@@ -262,7 +279,7 @@ func (m *waiter) read(g *psGroup) {
 	backoff := 10 * time.Millisecond
 	for {
 		msg, err := g.ps.ReceiveTimeout(m.ctx, pingEvery)
-		if m.ctx.Err() != nil {
+		if m.ctx.Err() != nil || m.groupClosed(g) {
 			return
 		}
 		if err != nil {
@@ -272,10 +289,14 @@ func (m *waiter) read(g *psGroup) {
 				_ = g.ps.Ping(m.ctx)
 				continue
 			}
-			// The connection broke; go-redis redials and resubscribes on
-			// the next receive. Messages may have been missed meanwhile:
-			// wake every waiter of this connection to try again.
-			m.wakeGroup(g)
+			// The connection broke (go-redis redials and resubscribes
+			// on the next receive), or the node refused a subscription
+			// (MOVED: the slot has another master). Messages may have
+			// been missed: wake every waiter of this connection to try
+			// again, and let a failover's new master be found (see
+			// waiter_failover.go).
+			m.c.refreshTopology(err)
+			m.failGroup(g, connectionError(err))
 			t := time.NewTimer(backoff)
 			select {
 			case <-m.ctx.Done():
@@ -283,20 +304,29 @@ func (m *waiter) read(g *psGroup) {
 				return
 			case <-t.C:
 			}
-			backoff = min(backoff*2, time.Second)
+			backoff = min(backoff*2, maxReconnectWait)
 			continue
 		}
 		backoff = 10 * time.Millisecond
+		m.healGroup(g)
 		switch x := msg.(type) {
 		case *redis.Subscription:
-			if x.Kind == "subscribe" || x.Kind == "ssubscribe" {
+			switch x.Kind {
+			case "subscribe", "ssubscribe":
 				m.confirm(g, x.Channel)
+			case "sunsubscribe":
+				m.unsubscribed(g, x.Channel)
 			}
 		case *redis.Message:
 			m.wakeChannel(x.Channel)
 		}
 	}
 }
+
+// maxReconnectWait caps the pause between attempts to read from a broken
+// pub/sub connection: it is resubscribed at most this long after its node
+// (or, with Sentinel, the promoted master) accepts connections again.
+const maxReconnectWait = 250 * time.Millisecond
 
 func (m *waiter) confirm(g *psGroup, channel string) {
 	m.mu.Lock()
@@ -306,9 +336,16 @@ func (m *waiter) confirm(g *psGroup, channel string) {
 		return // an earlier SUBSCRIBE's confirmation
 	}
 	delete(m.unconfirmed, channel) // also absorbs resubscriptions after a reconnect
-	if cs := m.subs[channel]; cs != nil && cs.group == g && !cs.isConf {
+	cs := m.subs[channel]
+	switch {
+	case cs == nil || cs.group != g:
+	case !cs.isConf:
 		cs.isConf = true
 		close(cs.confirmed)
+	case len(cs.queue) > 0:
+		// Resubscribed after a reconnect: a release published while the
+		// connection was down was missed, so the head tries again.
+		cs.queue[0].poke()
 	}
 }
 
@@ -319,18 +356,6 @@ func (m *waiter) wakeChannel(channel string) {
 	defer m.mu.Unlock()
 	if cs := m.subs[channel]; cs != nil && len(cs.queue) > 0 {
 		cs.queue[0].poke()
-	}
-}
-
-func (m *waiter) wakeGroup(g *psGroup) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, cs := range m.subs {
-		if cs.group == g {
-			for _, s := range cs.queue {
-				s.poke()
-			}
-		}
 	}
 }
 
