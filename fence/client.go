@@ -109,9 +109,12 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*
 // that holder's release message, or when the lock's expiry has passed. Its
 // first attempt is bounded by ctx alone, like [Client.TryAcquire]. It
 // returns [ErrNotAcquired] joined with the reason when ctx is done or the
-// wait limit ([WithWaitLimit], default [DefaultWaitLimit]) passes,
-// [ErrClosed] when the client is closed meanwhile, and a Redis error as
-// soon as an attempt fails with one.
+// wait limit ([WithWaitLimit], default [DefaultWaitLimit]) passes (joined
+// with the last transient error, if any), and [ErrClosed] when the client
+// is closed meanwhile. Transient errors — the node unreachable, a failover
+// or slot move under way (READONLY, LOADING, MOVED, CLUSTERDOWN) — are
+// waited through, retrying with a backoff of at most 250 ms; any other
+// Redis error (a script error, a denied command) is returned at once.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	cfg, err := c.lockConfig(name, opts)
 	if err != nil {
@@ -125,11 +128,14 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	// name: the lock goes to them first (see waiter).
 	if !c.waiter.queued(k.channel) {
 		l, _, err := c.attempt(ctx, name, k, cfg)
-		if l != nil || err != nil {
-			if l != nil {
-				cfg.observer.Acquired(Event{Name: name, Token: l.token, Duration: time.Since(start)})
-			}
-			return l, c.attemptErr(ctx, err)
+		if l != nil {
+			cfg.observer.Acquired(Event{Name: name, Token: l.token, Duration: time.Since(start)})
+			return l, nil
+		}
+		// A transient error (failover, restart) is waited through, like
+		// a held lock.
+		if err != nil && (!transient(err) || ctx.Err() != nil) {
+			return nil, c.attemptErr(ctx, err)
 		}
 	}
 	return c.wait(ctx, name, k, cfg, start)

@@ -401,39 +401,81 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, star
 		cfg.observer.Waited(Event{Name: name, Token: tok, Duration: time.Since(waitStart), Err: err})
 		return l, err
 	}
-	var wake <-chan struct{} // nil: no notifications, expiry timer only
-	sub, behind, err := c.waiter.subscribe(wctx, k.channel)
-	switch {
-	case err == nil:
-		wake = sub.wake
-	case errors.Is(err, ErrClosed) || wctx.Err() != nil:
-		return waited(nil, c.attemptErr(wctx, err))
-	default:
-		// The pub/sub connection failed but commands may work: wait on
-		// the lock's expiry alone rather than fail.
-		cfg.logger.Warn("fence: cannot subscribe to release notifications; waiting on lock expiry only",
-			slog.String("name", name), slog.Any("err", err))
-	}
 	var (
-		l   *Lock
-		rep acquireReply
+		wake   <-chan struct{} // nil: no notifications, expiry timer only
+		sub    *subscription
+		behind bool
+		warned bool // about a failed subscription, once per wait
+		l      *Lock
+		rep    acquireReply
 	)
-	if sub != nil {
-		// Leaving without the lock passes a wake on to the next waiter.
-		defer func() { sub.close(l != nil) }()
+	// subscribe registers the waiter; on failure it waits on the lock's
+	// expiry and tries again after its next attempt (the node may be in
+	// a failover).
+	subscribe := func() error {
+		s, b, err := c.waiter.subscribe(wctx, k.channel)
+		switch {
+		case err == nil:
+			sub, wake, behind = s, s.wake, b
+		case errors.Is(err, ErrClosed) || wctx.Err() != nil:
+			return err
+		case !warned:
+			warned = true
+			// The pub/sub connection failed but commands may work: wait
+			// on the lock's expiry rather than fail.
+			cfg.logger.Warn("fence: cannot subscribe to release notifications; waiting on lock expiry meanwhile",
+				slog.String("name", name), slog.Any("err", err))
+		}
+		return nil
 	}
+	if err := subscribe(); err != nil {
+		return waited(nil, c.attemptErr(wctx, err))
+	}
+	// Leaving without the lock passes a wake on to the next waiter.
+	defer func() {
+		if sub != nil {
+			sub.close(l != nil)
+		}
+	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	backoff := minErrorBackoff
+	var lastErr error // the last transient error, reported if the wait ends
 	for {
 		// A waiter that joined behind others waits for its wake (the
 		// waiters ahead of it pass it on) before its first attempt; after
 		// that, every waiter has a PTTL timer as the fallback.
 		if !behind {
+			var err error
 			l, rep, err = c.attempt(wctx, name, k, cfg)
-			if l != nil || err != nil {
-				return waited(l, c.attemptErr(wctx, err))
+			switch {
+			case l != nil:
+				return waited(l, nil)
+			case err != nil && transient(err) && wctx.Err() == nil:
+				// A failover, restart or slot move: the slot map is being
+				// reloaded (see attempt); try again until the wait ends.
+				lastErr = err
+				timer.Reset(backoff)
+				backoff = min(2*backoff, maxErrorBackoff)
+			case err != nil:
+				return waited(nil, c.attemptErr(wctx, err))
+			default:
+				backoff, lastErr = minErrorBackoff, nil
+				// Held, and its node answered: a subscription that failed,
+				// or whose node is gone, is made again now, then the
+				// attempt repeated (subscribe first, then try).
+				if sub == nil {
+					if err := subscribe(); err != nil {
+						return waited(nil, c.attemptErr(wctx, err))
+					}
+					if sub != nil {
+						continue
+					}
+				} else if c.waiter.resubscribe(wctx, sub) {
+					continue
+				}
+				timer.Reset(retryAfter(rep.pttl))
 			}
-			timer.Reset(retryAfter(rep.pttl))
 		}
 		behind = false
 		select {
@@ -442,10 +484,18 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, star
 		case <-c.closing:
 			return waited(nil, ErrClosed)
 		case <-wctx.Done():
-			return waited(nil, errors.Join(ErrNotAcquired, context.Cause(wctx)))
+			return waited(nil, errors.Join(ErrNotAcquired, context.Cause(wctx), lastErr))
 		}
 	}
 }
+
+// Acquire's retries after transient errors (a failover, a restart) start
+// at minErrorBackoff and double up to maxErrorBackoff: the wait goes on
+// at most that long after the new master accepts commands.
+const (
+	minErrorBackoff = 10 * time.Millisecond
+	maxErrorBackoff = 250 * time.Millisecond
+)
 
 // retryAfter is how long a waiter sleeps when no release message comes:
 // until the lock's PTTL has elapsed, plus jitter so that waiters of one
