@@ -1,0 +1,77 @@
+package fence_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+// TestClusterStalledMasterCostsOnlyItsLocks: one master of three is
+// stopped (SIGSTOP) for three leases. The locks on the other two masters
+// keep being renewed; the locks on the stopped one are lost, by their
+// local deadline. Before renewals were split per node, a round waited for
+// the stopped master and every lock on every master was lost.
+func TestClusterStalledMasterCostsOnlyItsLocks(t *testing.T) {
+	// No replicas: nothing takes over the stopped master's slots; and the
+	// others keep serving theirs while it is failed (no CLUSTERDOWN).
+	cl := testenv.NewRedisCluster(t, testenv.WithReplicas(0), testenv.WithRequireFullCoverage(false))
+	cc := cl.NewClient(nil) // go-redis defaults, as an operator would start
+	ctx := ctxT(t, 60*time.Second)
+	const lease = time.Second
+	prefix := uniquePrefix(t)
+	c := newFenceOn(t, cc, prefix, fence.WithLease(lease))
+
+	stalled := cl.Nodes[0]
+	locks := map[string][]*fence.Lock{}
+	for addr, ns := range namesPerMaster(t, cc, prefix, "s", 2) {
+		for _, n := range ns {
+			l, err := c.Acquire(ctx, n)
+			require.NoError(t, err)
+			locks[addr] = append(locks[addr], l)
+		}
+	}
+	require.Len(t, locks, 3)
+	require.Len(t, locks[stalled.Addr], 2)
+	time.Sleep(lease / 2) // a renewal round of all six
+	var stalledDone []<-chan time.Time
+	for _, l := range locks[stalled.Addr] {
+		stalledDone = append(stalledDone, doneAt(l))
+	}
+	stallStart := time.Now()
+	require.NoError(t, stalled.Pause())
+	t.Cleanup(func() { _ = stalled.Resume() })
+
+	time.Sleep(3 * lease)
+	for addr, ls := range locks {
+		if addr == stalled.Addr {
+			continue
+		}
+		for _, l := range ls {
+			assert.NoError(t, l.Err(), "lock %s on healthy master %s lost while another master was stalled", l.Name(), addr)
+		}
+	}
+	for i, l := range locks[stalled.Addr] {
+		require.ErrorIs(t, l.Err(), fence.ErrLockLost, "lock %s on the stalled master", l.Name())
+		at := <-stalledDone[i]
+		late := at.Sub(l.Deadline())
+		t.Logf("lock %s on the stalled master: cancelled %v into the stall, %v after its local deadline", l.Name(), at.Sub(stallStart), late)
+		assert.LessOrEqual(t, late, schedSlack, "loss signalled after the local deadline")
+	}
+	require.NoError(t, stalled.Resume())
+	for addr, ls := range locks {
+		for _, l := range ls {
+			err := l.Release(ctx)
+			if addr == stalled.Addr {
+				assert.True(t, err == nil || errors.Is(err, fence.ErrNotHeld), "release of a lost lock: %v", err)
+			} else {
+				assert.NoError(t, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package fence_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+// aclUser creates user with password "pw" and rules on every master of
+// the cluster, removed at the end of the test.
+func aclUser(t *testing.T, cc *redis.ClusterClient, user string, rules ...string) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	args := append([]any{"ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*"}, toAny(rules)...)
+	require.NoError(t, cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		return n.Do(ctx, args...).Err()
+	}))
+	t.Cleanup(func() {
+		_ = cc.ForEachShard(context.Background(), func(ctx context.Context, n *redis.Client) error {
+			return n.Do(ctx, "ACL", "DELUSER", user).Err()
+		})
+	})
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// flushScripts empties the script cache of every master, as a restart or
+// a failover to a replica does.
+func flushScripts(t *testing.T, cc *redis.ClusterClient) {
+	t.Helper()
+	require.NoError(t, cc.ForEachMaster(ctxT(t, 10*time.Second), func(ctx context.Context, n *redis.Client) error {
+		return n.ScriptFlush(ctx).Err()
+	}))
+}
+
+// TestClusterUserWithoutScript: a user restricted with +@all -script may
+// run EVAL and EVALSHA but not SCRIPT LOAD. Its locks are renewed across
+// script-cache losses (EVAL reloads the script). Before, every renewal
+// failed with NOSCRIPT after a failed SCRIPT LOAD, and every lock was
+// lost after one lease.
+func TestClusterUserWithoutScript(t *testing.T) {
+	cl := testenv.SharedRedisCluster(t)
+	admin := cl.Client()
+	ctx := ctxT(t, 30*time.Second)
+	aclUser(t, admin, "noscript", "+@all", "-script")
+	cc := cl.NewClient(&redis.ClusterOptions{Username: "noscript", Password: "pw"})
+	require.True(t, redis.IsPermissionError(cc.ScriptLoad(ctx, "return 1").Err()), "the user may not SCRIPT LOAD")
+
+	flushScripts(t, admin)
+	const lease = 300 * time.Millisecond
+	prefix := uniquePrefix(t)
+	c := newFenceOn(t, cc, prefix, fence.WithLease(lease))
+	var locks []*fence.Lock
+	for _, ns := range namesPerMaster(t, cc, prefix, "ns", 1) {
+		l, err := c.Acquire(ctx, ns[0])
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	time.Sleep(3 * lease)
+	flushScripts(t, admin) // lost again mid-hold
+	time.Sleep(3 * lease)
+	for _, l := range locks {
+		require.NoError(t, l.Err(), "lock %s renewed without SCRIPT LOAD", l.Name())
+		require.NoError(t, l.Release(ctx))
+	}
+	// WithReplicaSync sends its own EVALSHA: it reloads the same way.
+	flushScripts(t, admin)
+	l, err := c.TryAcquire(ctx, "ns-sync", fence.WithReplicaSync(1, 5*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestClusterUserWithoutPublish: a user that may not (S)PUBLISH releases
+// its locks (the key is deleted, Release reports success) and fence warns
+// once that waiters elsewhere wake at expiry. Before, Release returned the
+// NOPERM error of the script although the key was gone.
+func TestClusterUserWithoutPublish(t *testing.T) {
+	cl := testenv.SharedRedisCluster(t)
+	admin := cl.Client()
+	ctx := ctxT(t, 30*time.Second)
+	aclUser(t, admin, "nopub", "+@all", "-publish", "-spublish")
+	cc := cl.NewClient(&redis.ClusterOptions{Username: "nopub", Password: "pw"})
+	var logs syncBuffer
+	prefix := uniquePrefix(t)
+	c := newFenceOn(t, cc, prefix, fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	for _, name := range []string{"np1", "np2"} {
+		l, err := c.Acquire(ctx, name)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx), "released although the notification was refused")
+		n, err := admin.Exists(ctx, prefix+"{"+name+"}").Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "the lock key is deleted")
+	}
+	assert.Equal(t, 1, strings.Count(logs.String(), "may not PUBLISH"), "warned once: %s", logs.String())
+}
+
+// TestClusterEvictionPolicyWarning: New warns about a master whose
+// maxmemory-policy may evict lock keys, naming it; Inspect reports the
+// policy of the lock's node.
+func TestClusterEvictionPolicyWarning(t *testing.T) {
+	cl := testenv.SharedRedisCluster(t)
+	admin := cl.Client()
+	ctx := ctxT(t, 30*time.Second)
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	evicting := masters[1]
+	ec := evicting.Client()
+	require.NoError(t, ec.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	require.NoError(t, ec.ConfigSet(ctx, "maxmemory", "1gb").Err())
+	t.Cleanup(func() {
+		_ = ec.ConfigSet(context.Background(), "maxmemory", "0").Err()
+		_ = ec.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err()
+	})
+	var logs syncBuffer
+	prefix := uniquePrefix(t)
+	c := newFenceOn(t, admin, prefix, fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "may evict lock keys") }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, strings.Count(logs.String(), "may evict lock keys"), "one warning, for the one evicting master")
+	assert.Contains(t, logs.String(), evicting.Addr)
+	assert.Contains(t, logs.String(), "allkeys-lru")
+
+	for addr, ns := range namesPerMaster(t, admin, prefix, "ev", 1) {
+		info, err := c.Inspect(ctx, ns[0])
+		require.NoError(t, err)
+		assert.Equal(t, addr, info.Eviction.Addr)
+		assert.Equal(t, addr == evicting.Addr, info.Eviction.Evicts(), "node %s: %+v", addr, info.Eviction)
+	}
+}
+
+// TestEvictedLockIsLostAtNextRenewal: under allkeys-lru with a small
+// maxmemory, a held lock's key is evicted; a competitor acquires at once
+// with a greater token (the clock floor), and the holder's context is
+// cancelled at its next renewal. This is the cost the warning is about.
+func TestEvictedLockIsLostAtNextRenewal(t *testing.T) {
+	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"))
+	ctx := ctxT(t, 30*time.Second)
+	var logs syncBuffer
+	const lease = 1500 * time.Millisecond
+	c := newClient(t, r, nil, fence.WithLease(lease), fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "may evict lock keys") }, 10*time.Second, 10*time.Millisecond)
+	l, err := c.Acquire(ctx, "evicted")
+	require.NoError(t, err)
+	evictedAt := time.Time{}
+	val := strings.Repeat("x", 64<<10)
+	for i := 0; i < 2000 && evictedAt.IsZero(); i++ {
+		require.NoError(t, r.Client().Set(ctx, r.Prefix+"fill:"+itoa(i), val, 0).Err())
+		if n, err := r.Client().Exists(ctx, lockKey(r, "evicted")).Result(); err == nil && n == 0 {
+			evictedAt = time.Now()
+		}
+	}
+	require.False(t, evictedAt.IsZero(), "the lock key was not evicted")
+	other := newClient(t, r, nil)
+	l2, err := other.TryAcquire(ctx, "evicted")
+	require.NoError(t, err, "a competitor acquires the evicted lock at once")
+	assert.Greater(t, l2.Token(), l.Token())
+	select {
+	case <-l.Done():
+		t.Logf("holder learnt of the eviction %v later", time.Since(evictedAt))
+	case <-time.After(2 * lease):
+		t.Fatal("holder not told within 2 leases of the eviction")
+	}
+	assert.ErrorIs(t, l.Err(), fence.ErrLockLost)
+}
