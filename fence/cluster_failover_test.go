@@ -26,6 +26,7 @@ import (
 //   - that waiter moves its subscription to the promoted master and is
 //     woken there by the release message, not by its expiry timer.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel() // with the other fault tests on private topologies: they mostly wait
 	waitDialProbes(t)
 	cl := testenv.NewRedisCluster(t) // 3 masters, 1 replica each, node timeout 1 s
 	ctx := ctxT(t, 90*time.Second)

@@ -18,12 +18,13 @@ import (
 // local deadline. Before renewals were split per node, a round waited for
 // the stopped master and every lock on every master was lost.
 func TestClusterStalledMasterCostsOnlyItsLocks(t *testing.T) {
+	t.Parallel() // with the other fault tests on private topologies: they mostly wait
 	// No replicas: nothing takes over the stopped master's slots; and the
 	// others keep serving theirs while it is failed (no CLUSTERDOWN).
 	cl := testenv.NewRedisCluster(t, testenv.WithReplicas(0), testenv.WithRequireFullCoverage(false))
 	cc := cl.NewClient(nil) // go-redis defaults, as an operator would start
 	ctx := ctxT(t, 60*time.Second)
-	const lease = time.Second
+	const lease = 600 * time.Millisecond
 	prefix := uniquePrefix(t)
 	c := newFenceOn(t, cc, prefix, fence.WithLease(lease))
 

@@ -21,6 +21,7 @@ import (
 // returning "connection refused" (before: it returned the error 1.7 s
 // in), and its release message on the new master wakes it.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel() // with the other fault tests on private topologies: they mostly wait
 	waitDialProbes(t)
 	s := testenv.NewSentinel(t)
 	ctx := ctxT(t, 90*time.Second)
