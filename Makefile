@@ -4,7 +4,7 @@ GO    ?= go
 
 .PHONY: test demo deps vet chaos bench
 
-# deps: redis-server from Debian when missing (root), or a clear stop.
+# deps: redis-server and pgbouncer from Debian when missing (root), or a clear stop.
 # Postgres 15 server binaries are expected at /usr/lib/postgresql/15/bin.
 deps:
 	@if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then \
@@ -23,6 +23,15 @@ deps:
 	      || { echo "make: apt-get install redis-server failed" >&2; exit 1; }; \
 	  else \
 	    echo "make: redis-server is missing: install the Debian package redis-server (sudo apt-get install redis-server); tests that inject faults start their own" >&2; exit 1; \
+	  fi; \
+	fi
+	@if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing pgbouncer (Debian package pgbouncer; the guard/pgfence tests run through it)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null) \
+	      || { echo "make: apt-get install pgbouncer failed" >&2; exit 1; }; \
+	  else \
+	    echo "make: pgbouncer is missing: install the Debian package pgbouncer (sudo apt-get install pgbouncer); tests start their own in front of the test Postgres" >&2; exit 1; \
 	  fi; \
 	fi
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v pg_config >/dev/null 2>&1 && [ -z "$$FENCE_TEST_DATABASE_URL" ]; then \

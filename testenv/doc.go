@@ -35,6 +35,13 @@
 // database per test). Tests that inject faults into a server always start a
 // private one ([NewRedisServer], [StartPostgres]).
 //
+// PgBouncer: [StartPgBouncer] puts a PgBouncer (Debian package pgbouncer)
+// in transaction pooling mode in front of a Postgres; [SharedPgBouncer] is
+// the one per test binary in front of the shared server, and
+// [NewDBViaPgBouncer] gives a test a fresh database with a pool through it
+// ([DB.DirectURL] still reaches the server, e.g. for migrations, whose
+// session lock a transaction pooler cannot carry).
+//
 // testenv imports no package of the library, so the library's own tests can
 // use it without cycles.
 package testenv

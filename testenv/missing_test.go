@@ -26,3 +26,17 @@ func TestMissingBinariesNameThePackage(t *testing.T) {
 	_, err = StartPostgres()
 	require.Error(t, err)
 }
+
+func TestMissingPgBouncerNamesThePackage(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	old := pgbouncerPaths
+	pgbouncerPaths = []string{"/nonexistent/pgbouncer"}
+	t.Cleanup(func() { pgbouncerPaths = old })
+
+	_, err := PgBouncerBinary()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "apt-get install pgbouncer")
+	_, err = StartPgBouncer(&Postgres{Addr: "127.0.0.1:1"}, 0)
+	require.Error(t, err, "StartPgBouncer must fail, not skip")
+	assert.Contains(t, err.Error(), "apt-get install pgbouncer")
+}

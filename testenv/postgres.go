@@ -301,10 +301,15 @@ func (pg *Postgres) Stop() error {
 
 // DB is a fresh database for one test.
 type DB struct {
-	Name   string
-	URL    string
-	Pool   *pgxpool.Pool
-	Server *Postgres
+	Name string
+	// URL is how the test reaches the database: the server itself, or
+	// PgBouncer for PgBouncer.NewDB.
+	URL string
+	// DirectURL always goes to the server (the same as URL unless the DB
+	// came through PgBouncer).
+	DirectURL string
+	Pool      *pgxpool.Pool
+	Server    *Postgres
 }
 
 var (
@@ -337,10 +342,11 @@ func SharedPostgres() (*Postgres, error) {
 	return pg, nil
 }
 
-// StopShared stops the shared Postgres and the shared Redis Cluster, if
-// they were started.
+// StopShared stops the shared Postgres, the shared PgBouncer in front of
+// it and the shared Redis Cluster, if they were started.
 func StopShared() {
 	stopSharedCluster()
+	stopSharedPgBouncer()
 	sharedMu.Lock()
 	pg := sharedPG
 	sharedPG = nil
@@ -381,5 +387,5 @@ func (pg *Postgres) NewDB(t testing.TB) *DB {
 		defer cancel()
 		_ = pg.DropDatabase(ctx, name)
 	})
-	return &DB{Name: name, URL: url, Pool: pool, Server: pg}
+	return &DB{Name: name, URL: url, DirectURL: url, Pool: pool, Server: pg}
 }
