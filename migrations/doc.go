@@ -9,7 +9,11 @@
 //	goose -dir migrations -table fencelock_db_version postgres "$DATABASE_URL" up
 //
 // goose records fencelock's versions in its own table, [VersionTable], so
-// they never mix with the application's goose migrations. [Down] refuses while tables protected by
+// they never mix with the application's goose migrations. A schema
+// installed without -table (recorded in goose_db_version) is reported
+// installed by [Status] and adopted by [Up] when it is exactly what the
+// migrations create; otherwise both return [ErrUnrecorded] with the
+// difference and the fix. [Down] refuses while tables protected by
 // pgfence's Protect still have their trigger ([ProtectedError]) unless
 // given [Force].
 //

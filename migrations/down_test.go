@@ -2,6 +2,8 @@ package migrations_test
 
 import (
 	"database/sql"
+	"log"
+	"strings"
 	"testing"
 
 	"github.com/fencelock/fencelock/migrations"
@@ -50,8 +52,9 @@ func TestOptions(t *testing.T) {
 	_, err = migrations.Status(ctx, db, migrations.Force())
 	require.ErrorIs(t, err, migrations.ErrInvalidOption)
 	require.ErrorIs(t, migrations.Up(ctx, db, nil), migrations.ErrInvalidOption)
+	require.ErrorIs(t, migrations.Up(ctx, db, migrations.WithLogger(nil)), migrations.ErrInvalidOption)
 	assert.False(t, schemaExists(t, db), "a bad option does nothing")
-	require.NoError(t, migrations.Up(ctx, db))
+	require.NoError(t, migrations.Up(ctx, db, migrations.WithLogger(log.New(&strings.Builder{}, "", 0))))
 	require.NoError(t, migrations.Down(ctx, db, migrations.Force()), "Force without protected tables")
 	assert.False(t, schemaExists(t, db))
 }

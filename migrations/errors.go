@@ -9,16 +9,20 @@ import (
 var ErrNilDB = errors.New("migrations: nil *sql.DB: open one with sql.Open(\"pgx\", url) or stdlib.OpenDBFromPool(pool)")
 
 // ErrInvalidOption is returned by Up, Down and Status for a bad option (a
-// nil one, Force outside Down).
+// nil one, Force outside Down, WithLogger(nil)).
 var ErrInvalidOption = errors.New("migrations: invalid option")
 
-// ErrUnrecorded is returned by Up when the fencelock schema exists but
-// VersionTable does not record it, typically because the goose CLI was
-// run without -table fencelock_db_version (it then records the versions
-// in goose_db_version).
-var ErrUnrecorded = errors.New("migrations: schema fencelock exists but is not recorded in " + VersionTable +
-	": if it was installed with the goose CLI, run it with -table " + VersionTable +
-	" (goose -dir migrations -table " + VersionTable + " postgres \"$DATABASE_URL\" up), or drop the schema and run Up again")
+// ErrUnrecorded is returned by Up and Status when the fencelock schema
+// exists, VersionTable does not record it, and it is not exactly what the
+// migrations create (so Up cannot adopt it, see Up). The error says what
+// differs and how to start over.
+var ErrUnrecorded = errors.New("migrations: schema fencelock exists but is not recorded in " + VersionTable)
+
+// ErrRecordedMissing is returned by Up and Status when VersionTable
+// records fencelock migrations but the fencelock schema does not exist
+// (dropped by hand): goose would consider it installed. The error gives the
+// statement that clears the records.
+var ErrRecordedMissing = errors.New("migrations: schema fencelock does not exist but " + VersionTable + " records it as installed")
 
 // ErrProtected is what a *ProtectedError matches with errors.Is.
 var ErrProtected = errors.New("migrations: down: tables are still protected by pgfence's Protect")

@@ -81,16 +81,27 @@ func setup(db *sql.DB, op string, opts []Option) (*goose.Provider, *config, erro
 // Up applies every pending fencelock migration to db (a database/sql handle
 // on Postgres, e.g. from github.com/jackc/pgx/v5/stdlib). ctx bounds the
 // whole run, including the wait for another process's migration lock.
+//
+// A fencelock schema that exists without a record in VersionTable (the
+// goose CLI run without -table fencelock_db_version records it in
+// goose_db_version instead) is adopted when its tables and functions are
+// exactly what migrations 1..k create: Up records those versions, logs
+// that it did (see WithLogger), and applies the rest. Any other unrecorded
+// schema is ErrUnrecorded, with the difference and the fix.
 func Up(ctx context.Context, db *sql.DB, opts ...Option) error {
-	p, _, err := setup(db, "up", opts)
+	p, cfg, err := setup(db, "up", opts)
 	if err != nil {
+		return err
+	}
+	if err := adopt(ctx, db, p.ListSources(), cfg); err != nil {
 		return err
 	}
 	if _, err := p.Up(ctx); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42P06" && strings.Contains(pgErr.Message, "fencelock") {
-			// duplicate_schema: installed, but not recorded in our table.
-			return fmt.Errorf("%w: %w", ErrUnrecorded, err)
+			// duplicate_schema: installed in between, by something that
+			// did not take the migration lock.
+			return fmt.Errorf("%w: it appeared while Up ran; run Up again: %w", ErrUnrecorded, err)
 		}
 		return fmt.Errorf("migrations: up: %w", err)
 	}
@@ -131,11 +142,37 @@ func Down(ctx context.Context, db *sql.DB, opts ...Option) error {
 	return nil
 }
 
-// Status reports each fencelock migration and whether it is applied.
+// Status reports each fencelock migration and whether it is applied. A
+// schema that Up would adopt (see Up) is reported applied, with the time
+// goose_db_version recorded, if it did; a schema Up would refuse is
+// ErrUnrecorded.
 func Status(ctx context.Context, db *sql.DB, opts ...Option) ([]*goose.MigrationStatus, error) {
 	p, _, err := setup(db, "status", opts)
 	if err != nil {
 		return nil, err
+	}
+	u, err := inspect(ctx, db, p.ListSources())
+	if err != nil {
+		return nil, err
+	}
+	if u != nil && u.adopt == nil {
+		return nil, u.err()
+	}
+	if u != nil {
+		adopted := map[int64]bool{}
+		for _, v := range u.adopt {
+			adopted[v] = true
+		}
+		var st []*goose.MigrationStatus
+		for _, src := range p.ListSources() {
+			s := &goose.MigrationStatus{Source: src, State: goose.StatePending}
+			if adopted[src.Version] {
+				s.State = goose.StateApplied
+				s.AppliedAt = u.legacy[src.Version]
+			}
+			st = append(st, s)
+		}
+		return st, nil
 	}
 	st, err := p.Status(ctx)
 	if err != nil {

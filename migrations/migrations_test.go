@@ -215,20 +215,6 @@ func TestFilesApplyWithGooseCLIAPI(t *testing.T) {
 	assert.False(t, schemaExists(t, db))
 }
 
-// Installed by the goose CLI without -table: Up says what happened.
-func TestUpAfterCLIWithDefaultTable(t *testing.T) {
-	tdb := testenv.NewDB(t)
-	db := openDB(t, tdb.URL)
-	ctx := ctxT(t)
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS()) // default table
-	require.NoError(t, err)
-	_, err = p.Up(ctx)
-	require.NoError(t, err)
-	err = migrations.Up(ctx, db)
-	require.ErrorIs(t, err, migrations.ErrUnrecorded)
-	assert.Contains(t, err.Error(), "-table fencelock_db_version")
-}
-
 func TestNilDB(t *testing.T) {
 	ctx := ctxT(t)
 	require.ErrorIs(t, migrations.Up(ctx, nil), migrations.ErrNilDB)

@@ -2,6 +2,7 @@ package migrations
 
 import (
 	"fmt"
+	"log"
 )
 
 // Option configures Up, Down and Status.
@@ -9,9 +10,16 @@ type Option interface {
 	apply(*config) error
 }
 
+// Logger receives the rare messages Up logs: adopting a schema installed
+// without a record in VersionTable. *log.Logger satisfies it.
+type Logger interface {
+	Printf(format string, v ...any)
+}
+
 type config struct {
-	op    string // "up", "down" or "status": Force is for Down only
-	force bool
+	op     string // "up", "down" or "status": Force is for Down only
+	force  bool
+	logger Logger
 }
 
 type optionFunc func(*config) error
@@ -19,7 +27,7 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 func newConfig(op string, opts []Option) (*config, error) {
-	c := &config{op: op}
+	c := &config{op: op, logger: log.Default()}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
@@ -41,6 +49,18 @@ func Force() Option {
 			return fmt.Errorf("%w: Force applies to Down only, not %s", ErrInvalidOption, opName(c.op))
 		}
 		c.force = true
+		return nil
+	})
+}
+
+// WithLogger sends Up's messages to l instead of the standard library's
+// default logger.
+func WithLogger(l Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: WithLogger(nil): pass a logger, e.g. log.New(io.Discard, \"\", 0) to drop the messages", ErrInvalidOption)
+		}
+		c.logger = l
 		return nil
 	})
 }
