@@ -142,6 +142,10 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 		}
 	}
 	c.Key = cfg.key
+	if obs := execObservers(store, cfg.observers); obs != nil {
+		start := time.Now()
+		defer func(ctx context.Context) { report(ctx, obs, store, c, start, res, err) }(ctx)
+	}
 	// The lease first: ctx may be the lease's own context (lock.Context()),
 	// and its loss must be named as such.
 	if err := leaseLost(lease, nil); err != nil {

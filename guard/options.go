@@ -9,7 +9,8 @@ import (
 type Option func(*config) error
 
 type config struct {
-	key string
+	key       string
+	observers []Observer
 }
 
 // WithKey makes the write idempotent: the store records idempotencyKey for

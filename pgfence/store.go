@@ -49,6 +49,8 @@ type Store struct {
 	// adv lets a transaction skip advance when this Store has already
 	// seen its claim stored.
 	adv advanced
+	// observers are reported every Exec through the Store (WithObserver).
+	observers []guard.Observer
 }
 
 // New returns a Store over db. The fencelock schema must be installed
