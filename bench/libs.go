@@ -149,7 +149,7 @@ type fenceLocker struct {
 	cnt *counter
 }
 
-func newFenceLocker(addr string, opts ...fence.Option) (*fenceLocker, error) {
+func newFenceLocker(addr string, opts ...fence.ClientOption) (*fenceLocker, error) {
 	cnt := &counter{}
 	rdb := newRedisClient(addr, cnt)
 	c, err := fence.New(rdb, opts...)

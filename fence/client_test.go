@@ -72,8 +72,8 @@ func TestWithHolder(t *testing.T) {
 	l, err := c.TryAcquire(ctx, "h")
 	require.NoError(t, err)
 	assert.Equal(t, "worker-1", l.Holder())
-	// The same holder id does not re-enter: the lock is held.
-	_, err = c.TryAcquire(ctx, "h")
+	// Another holder id is excluded.
+	_, err = c.TryAcquire(ctx, "h", fence.WithHolder("worker-2"))
 	assert.ErrorIs(t, err, fence.ErrNotAcquired)
 	require.NoError(t, l.Release(ctx))
 }
@@ -115,11 +115,18 @@ func TestReleaseByOtherHolderSameID(t *testing.T) {
 	old, err := c.TryAcquire(ctx, "x", fence.WithFixedLease(150*time.Millisecond))
 	require.NoError(t, err)
 	<-old.Done()
+	// Once the server expired it (before, the same holder id would get
+	// the same acquisition back).
+	require.Eventually(t, func() bool {
+		n, err := r.Client().Exists(ctx, lockKey(r, "x")).Result()
+		return err == nil && n == 0
+	}, 5*time.Second, 5*time.Millisecond)
 	var cur *fence.Lock
 	require.Eventually(t, func() bool {
 		cur, err = c.TryAcquire(ctx, "x")
 		return err == nil
 	}, 5*time.Second, 10*time.Millisecond)
+	assert.Greater(t, cur.Token(), old.Token())
 	assert.ErrorIs(t, old.Release(ctx), fence.ErrNotHeld)
 	n, err := r.Client().Exists(ctx, lockKey(r, "x")).Result()
 	require.NoError(t, err)
@@ -175,8 +182,11 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("waiter not woken by the release")
 	}
-	assert.Equal(t, 1, rec.count("waited"))
-	assert.Equal(t, 1, rec.count("acquired"))
+	assert.Equal(t, 1, rec.count("waiting"))
+	require.Equal(t, 1, rec.count("acquired"))
+	acq := all[fence.AcquireEvent](rec)[0]
+	assert.Positive(t, acq.Waited)
+	assert.GreaterOrEqual(t, acq.Duration, acq.Waited)
 }
 
 func TestAcquireWakesOnExpiry(t *testing.T) {
@@ -269,7 +279,7 @@ func TestClose(t *testing.T) {
 		_, err := c.Acquire(ctx, "held")
 		waitErr <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	rec.waitCount(t, "waiting", 1)
 
 	require.NoError(t, c.Close(ctx))
 	assert.ErrorIs(t, a.Err(), fence.ErrClosed)

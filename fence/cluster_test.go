@@ -28,8 +28,9 @@ func TestCluster(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{r.Addr}})
 	t.Cleanup(func() { _ = cc.Close() })
 
-	c1 := newClient(t, r, cc)
-	c2 := newClient(t, r, cc)
+	rec1, rec2 := newRecorder(), newRecorder()
+	c1 := newClient(t, r, cc, fence.WithObserver(rec1))
+	c2 := newClient(t, r, cc, fence.WithObserver(rec2))
 	l, err := c1.Acquire(ctx, "cl") // 30 s lease: only the release message hands it over fast
 	require.NoError(t, err)
 	short, err := c1.Acquire(ctx, "renewed", fence.WithLease(300*time.Millisecond))
@@ -40,8 +41,9 @@ func TestCluster(t *testing.T) {
 		assert.NoError(t, err)
 		got <- l
 	}()
-	time.Sleep(time.Second)
+	rec1.waitCount(t, "renewed", 3) // > one lease of renewals
 	require.NoError(t, short.Err(), "renewed by the watchdog through the cluster client")
+	rec2.waitCount(t, "waiting", 1)
 	require.NoError(t, short.Release(ctx))
 	select {
 	case <-got:

@@ -108,12 +108,113 @@ func ExampleLock_Context() {
 
 	select {
 	case <-lock.Done():
-		fmt.Println("lost:", lock.Err())
+		var lost *fence.LostError
+		fmt.Println("lost:", errors.Is(lock.Err(), fence.ErrLockLost), errors.As(lock.Err(), &lost) && lost.Reason == fence.ReasonGone)
 	case <-time.After(10 * time.Second):
 		fmt.Println("still held")
 	}
 	fmt.Println("release:", errors.Is(lock.Release(ctx), fence.ErrNotHeld))
 	// Output:
-	// lost: fence: lock lost
+	// lost: true true
 	// release: true
+}
+
+// syncStock stands for the protected work: it writes with the token, so
+// that the database can reject a stale holder (see package guard).
+func syncStock(ctx context.Context, token int64) error { return ctx.Err() }
+
+// The README's example: acquire, work under the lock's context with its
+// token, and say why if the lock was lost.
+func ExampleClient_Acquire() {
+	srv, rdb := exampleRedis()
+	defer srv.Stop()
+	defer rdb.Close()
+	ctx := context.Background()
+
+	run := func() error {
+		locks, err := fence.New(rdb) // default lease 30 s, renewed every 10 s
+		if err != nil {
+			return err
+		}
+		defer locks.Close(ctx)
+
+		lock, err := locks.Acquire(ctx, "stock-sync:warehouse-7")
+		if err != nil {
+			return err // matches fence.ErrNotAcquired when ctx or the wait limit ends first
+		}
+		defer lock.Release(ctx)
+
+		token := lock.Token() // strictly increasing per name: pass it with every write
+		if err := syncStock(lock.Context(), token); err != nil { // lock.Context() ends the moment the lock is lost
+			return err
+		}
+		if err := lock.Err(); err != nil {
+			return err // a *fence.LostError (errors.Is fence.ErrLockLost) that says why, or fence.ErrMaxHold
+		}
+		return nil
+	}
+	fmt.Println("synced:", run() == nil)
+	// Output:
+	// synced: true
+}
+
+// A worker that restarts with the same holder id gets its lock back at
+// once, with the same token, instead of waiting out its old lease.
+func ExampleWithHolder() {
+	srv, rdb := exampleRedis()
+	defer srv.Stop()
+	defer rdb.Close()
+	ctx := context.Background()
+
+	before, _ := fence.New(rdb)
+	first, err := before.Acquire(ctx, "import", fence.WithHolder("host-7/importer"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... the process dies here without releasing; its successor:
+	after, _ := fence.New(rdb, fence.WithHolder("host-7/importer"))
+	defer after.Close(ctx)
+	again, err := after.TryAcquire(ctx, "import")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("same token:", again.Token() == first.Token())
+	_ = again.Release(ctx)
+	_ = before.Close(ctx) // here only: the first client's lock is gone already
+	// Output:
+	// same token: true
+}
+
+// An observer implements only the events it wants.
+type lossLogger struct{ done chan struct{} }
+
+func (o lossLogger) OnLoss(_ context.Context, e fence.LossEvent) {
+	var lost *fence.LostError
+	if errors.As(e.Err, &lost) {
+		fmt.Println("lost", e.Name, "reason:", lost.Reason, "taken by:", lost.TakenBy)
+	}
+	close(o.done)
+}
+
+func ExampleWithObserver() {
+	srv, rdb := exampleRedis()
+	defer srv.Stop()
+	defer rdb.Close()
+	ctx := context.Background()
+
+	obs := lossLogger{done: make(chan struct{})}
+	locks, err := fence.New(rdb, fence.WithObserver(obs), fence.WithLease(300*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close(ctx)
+	lock, err := locks.Acquire(ctx, "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	rdb.Set(ctx, "fence:{report}", "1:someone-else", time.Minute) // the lock is taken from us
+	<-lock.Done()
+	<-obs.done
+	// Output:
+	// lost report reason: taken taken by: someone-else
 }

@@ -47,7 +47,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	case err != nil:
 		return LockInfo{}, fmt.Errorf("fence: inspect %q: %w", name, err)
 	default:
-		// '<token>:<holder>' (see lockValue).
+		// '<token>:<holder>' (see acquire.lua).
 		t, h, ok := strings.Cut(v, ":")
 		if !ok {
 			return LockInfo{}, fmt.Errorf("fence: inspect %q: the lock's value %q is not <token>:<holder>", name, v)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -26,6 +27,7 @@ type Lock struct {
 	fixed    bool
 
 	acquiredAt time.Time
+	vctx       context.Context // the acquiring call's values, never cancelled: observers' ctx
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
 	deadline   atomic.Int64 // unix ns; local conservative validity
@@ -38,35 +40,72 @@ type Lock struct {
 	maxHoldAt time.Time // zero: no limit
 	inflight  bool      // a renewal is on its way
 	idx       int       // index in the watchdog heap, -1 when not scheduled
+	renewErr  error     // the last renewal's error, nil after a success
+}
+
+// A nil *Lock (what a failed Acquire returns) answers every method
+// without panicking: getters return zero values, [Lock.Err] and the
+// actions return [ErrNotHeld], and its context is already cancelled.
+var nilLockCtx = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(fmt.Errorf("%w: nil *fence.Lock", ErrNotHeld))
+	return ctx
+}()
+
+func errNilLock(method string) error {
+	return fmt.Errorf("%w: %s on a nil *fence.Lock (the acquisition failed)", ErrNotHeld, method)
 }
 
 // Name is the lock's name.
-func (l *Lock) Name() string { return l.name }
+func (l *Lock) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
 
 // Token is the fencing token of this acquisition: strictly greater than
 // the token of every earlier acquisition of the same name. Pass it with
 // every write the lock protects, so that the storage can reject a stale
 // holder (see package guard).
-func (l *Lock) Token() int64 { return l.token }
+func (l *Lock) Token() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
 
 // Holder is the holder id stored with the lock.
-func (l *Lock) Holder() string { return l.holder }
+func (l *Lock) Holder() string {
+	if l == nil {
+		return ""
+	}
+	return l.holder
+}
 
 // Context is cancelled the moment the lock is released, lost, or reaches
 // its max-hold limit; [Lock.Err] says which. Run the protected work with
-// it. It does not derive from the context given to Acquire.
-func (l *Lock) Context() context.Context { return l.ctx }
+// it. It carries the values of the context given to Acquire (trace ids,
+// say) but not its cancellation: the lock outlives the acquiring call.
+func (l *Lock) Context() context.Context {
+	if l == nil {
+		return nilLockCtx
+	}
+	return l.ctx
+}
 
 // Done is closed when [Lock.Context] is cancelled.
-func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 
-// Err is nil while the lock is held, then [ErrLockLost], [ErrMaxHold],
-// [ErrReleased] or [ErrClosed].
+// Err is nil while the lock is held, then why it ended: a [*LostError]
+// (matching [ErrLockLost]) that says why the lock was lost, [ErrMaxHold],
+// [ErrReleased] or [ErrClosed]. On a nil *Lock it is [ErrNotHeld].
 func (l *Lock) Err() error {
-	if l.ctx.Err() == nil {
+	ctx := l.Context()
+	if ctx.Err() == nil {
 		return nil
 	}
-	return context.Cause(l.ctx)
+	return context.Cause(ctx)
 }
 
 // Deadline is the local, conservative end of the lock's validity: the start
@@ -75,7 +114,12 @@ func (l *Lock) Err() error {
 // renewal succeeded by then, the context is cancelled with [ErrLockLost]
 // no later than this time (the watchdog's timer is set 2 ms early to
 // absorb timer latency).
-func (l *Lock) Deadline() time.Time { return time.Unix(0, l.deadline.Load()) }
+func (l *Lock) Deadline() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, l.deadline.Load())
+}
 
 // driftMargin is taken off the lease when computing the local deadline: it
 // covers the difference between the client's and the server's clock rates
@@ -93,13 +137,18 @@ func (l *Lock) setDeadlineFrom(start time.Time, lease time.Duration) {
 	}
 }
 
-// Release deletes the lock if it is still ours and wakes a waiter; it
-// returns [ErrNotHeld] when the lock expired or another holder has it
-// (nothing of theirs is deleted), and on a second call. It cancels the
-// lock's context first, with [ErrReleased] unless it was already lost. The
-// round trip runs detached from ctx's cancellation (so a cancelled caller
-// still releases) and bounded by 5 s.
+// Release deletes the lock if it is still ours and wakes a waiter. It
+// returns [ErrNotHeld] when the lock is no longer ours: it expired or
+// another holder has it (nothing of theirs is deleted), it was already
+// released, or it ended locally before (the error then also carries why:
+// a [*LostError] or [ErrMaxHold]). It cancels the lock's context first,
+// with [ErrReleased] unless it had already ended. The round trip runs
+// detached from ctx's cancellation (so a cancelled caller still releases)
+// and bounded by 5 s.
 func (l *Lock) Release(ctx context.Context) error {
+	if l == nil {
+		return errNilLock("Release")
+	}
 	if l.c.isClosed() {
 		return ErrClosed
 	}
@@ -107,15 +156,24 @@ func (l *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: lock %q was already released", ErrNotHeld, l.name)
 	}
 	l.c.wd.remove(l)
-	l.cancel(ErrReleased)  // no effect when already lost: the first cause stays
-	if ctx.Done() != nil { // a context that cannot be cancelled needs no detaching
-		ctx = context.WithoutCancel(ctx)
+	l.cancel(ErrReleased) // no effect when already ended: the first cause stays
+	var err error
+	switch cause := context.Cause(l.ctx); {
+	case cause == ErrReleased:
+		err = l.c.release(ctx, l)
+		l.c.forget(l)
+	case cause == ErrMaxHold && l.c.newest(l):
+		// Still ours on the server until its lease runs out: free it now.
+		_ = l.c.release(ctx, l)
+		err = fmt.Errorf("%w: lock %q was ended before Release: %w", ErrNotHeld, l.name, cause)
+	default:
+		// Lost: the key is gone, someone else's, or within its drift
+		// margin of expiring; and with WithHolder, a later acquisition
+		// by the same holder id may own the same value now. Nothing to
+		// delete.
+		err = fmt.Errorf("%w: lock %q was lost before Release: %w", ErrNotHeld, l.name, cause)
 	}
-	rctx, cancel := context.WithTimeout(ctx, releaseTimeout)
-	defer cancel()
-	err := l.c.release(rctx, l)
-	l.c.forget(l)
-	l.c.cfg.observer.Released(Event{Name: l.name, Token: l.token, Duration: time.Since(l.acquiredAt), Err: err})
+	l.c.obs.onRelease(ctx, ReleaseEvent{Name: l.name, Token: l.token, Held: time.Since(l.acquiredAt), Err: err})
 	return err
 }
 
@@ -138,6 +196,9 @@ func (l *Lock) renewCall(leaseArg any) scriptCall {
 // when it was already lost or released, and an error for a lock the
 // watchdog renews. ctx bounds the round trip.
 func (l *Lock) Refresh(ctx context.Context, lease time.Duration) error {
+	if l == nil {
+		return errNilLock("Refresh")
+	}
 	if l.c.isClosed() {
 		return ErrClosed
 	}
@@ -152,13 +213,14 @@ func (l *Lock) Refresh(ctx context.Context, lease time.Duration) error {
 	}
 	start := time.Now()
 	call := l.renewCall(lease.Milliseconds())
-	res, err := renewScript.Run(ctx, l.c.rdb, call.keys, call.args...).Int64()
+	res, other, err := parseRenew(renewScript.Run(ctx, l.c.rdb, call.keys, call.args...))
 	if err != nil {
 		return fmt.Errorf("fence: refresh lock %q: %w", l.name, err)
 	}
 	if res != renewOK {
-		l.c.wd.lose(l, ErrLockLost, time.Now())
-		return fmt.Errorf("%w: lock %q expired or has another holder", ErrNotHeld, l.name)
+		cause := l.renewLoss(res, other)
+		l.c.wd.lose(l, cause, time.Now())
+		return fmt.Errorf("%w: %w", ErrNotHeld, cause)
 	}
 	if !l.c.wd.refreshed(l, start, lease) {
 		return l.Err()
@@ -166,7 +228,47 @@ func (l *Lock) Refresh(ctx context.Context, lease time.Duration) error {
 	return nil
 }
 
+// renewLoss is the cause of a loss found by a renewal (or Refresh) that
+// answered res (renewGone or renewNotOurs, with the other value).
+func (l *Lock) renewLoss(res int64, other string) *LostError {
+	e := &LostError{Name: l.name, Token: l.token, Reason: ReasonGone}
+	if res == renewNotOurs {
+		e.Reason = ReasonTaken
+		if t, h, ok := strings.Cut(other, ":"); ok {
+			e.TakenBy = h
+			e.TakenToken, _ = strconv.ParseInt(t, 10, 64)
+		}
+	}
+	return e
+}
+
+// deadlineLoss is the cause of a loss at the local deadline. Called with
+// the watchdog's mutex held (renewErr).
+func (l *Lock) deadlineLoss() *LostError {
+	if l.fixed {
+		return &LostError{Name: l.name, Token: l.token, Reason: ReasonLeaseEnded}
+	}
+	return &LostError{Name: l.name, Token: l.token, Reason: ReasonDeadline, LastErr: l.renewErr}
+}
+
+// lost cancels l with cause, forgets it, wakes a waiter of this client
+// that may wait for this lock's release message alone (a lost lock
+// publishes none), and tells the observers. The watchdog has unscheduled
+// l already.
+func (c *Client) lost(l *Lock, cause error, now time.Time) {
+	if l.ctx.Err() != nil {
+		return
+	}
+	l.cancel(cause)
+	c.forget(l)
+	c.waiter.wakeChannel(l.keys.channel)
+	c.obs.onLoss(l.vctx, LossEvent{Name: l.name, Token: l.token, Held: now.Sub(l.acquiredAt), Err: cause})
+}
+
 func (l *Lock) String() string {
+	if l == nil {
+		return "fence.Lock(nil)"
+	}
 	return "fence.Lock{" + strconv.Quote(l.name) + " token " + strconv.FormatInt(l.token, 10) + "}"
 }
 

@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,13 @@ import (
 	"github.com/fencelock/fencelock/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(holderProcEnv) != "" {
+		holderProcess() // a child of TestReacquireFromAnotherProcess
+		return
+	}
+	testenv.Main(m)
+}
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -25,12 +32,12 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 
 // newClient returns a fence client on rdb whose keys carry the test's
 // unique prefix; it is closed at the end of the test.
-func newClient(t testing.TB, r *testenv.Redis, rdb redis.UniversalClient, opts ...fence.Option) *fence.Client {
+func newClient(t testing.TB, r *testenv.Redis, rdb fence.RedisClient, opts ...fence.ClientOption) *fence.Client {
 	t.Helper()
 	if rdb == nil {
 		rdb = r.Client()
 	}
-	c, err := fence.New(rdb, append([]fence.Option{fence.WithPrefix(r.Prefix + "fence:")}, opts...)...)
+	c, err := fence.New(rdb, append([]fence.ClientOption{fence.WithPrefix(r.Prefix + "fence:")}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
@@ -63,20 +70,27 @@ func readLock(t testing.TB, rdb *redis.Client, key string) (holder string, token
 	return holder, token
 }
 
-// recorder is an Observer that counts events.
+// recorder is an Observer that records every event.
 type recorder struct {
 	mu     sync.Mutex
 	counts map[string]int
-	events []string
+	events []any
+	notify chan struct{} // cap 1: an event arrived
 }
 
-func newRecorder() *recorder { return &recorder{counts: map[string]int{}} }
+func newRecorder() *recorder {
+	return &recorder{counts: map[string]int{}, notify: make(chan struct{}, 1)}
+}
 
-func (r *recorder) add(kind string, e fence.Event) {
+func (r *recorder) add(kind string, e any) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.counts[kind]++
-	r.events = append(r.events, kind+":"+e.Name)
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
 }
 
 func (r *recorder) count(kind string) int {
@@ -85,12 +99,51 @@ func (r *recorder) count(kind string) int {
 	return r.counts[kind]
 }
 
-func (r *recorder) Acquired(e fence.Event)      { r.add("acquired", e) }
-func (r *recorder) Waited(e fence.Event)        { r.add("waited", e) }
-func (r *recorder) Renewed(e fence.Event)       { r.add("renewed", e) }
-func (r *recorder) RenewalFailed(e fence.Event) { r.add("renewalFailed", e) }
-func (r *recorder) Lost(e fence.Event)          { r.add("lost", e) }
-func (r *recorder) Released(e fence.Event)      { r.add("released", e) }
+// waitCount waits until n events of kind arrived.
+func (r *recorder) waitCount(t testing.TB, kind string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return r.count(kind) >= n }, 20*time.Second, time.Millisecond,
+		"waiting for %d %s events", n, kind)
+}
+
+// all returns the recorded events of type E.
+func all[E any](r *recorder) []E {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []E
+	for _, e := range r.events {
+		if x, ok := e.(E); ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (r *recorder) OnAcquire(_ context.Context, e fence.AcquireEvent) {
+	if e.Err == nil {
+		r.add("acquired", e)
+	} else {
+		r.add("notAcquired", e)
+	}
+}
+func (r *recorder) OnWait(_ context.Context, e fence.WaitEvent) { r.add("waiting", e) }
+func (r *recorder) OnRenew(_ context.Context, e fence.RenewEvent) {
+	if e.Err == nil {
+		r.add("renewed", e)
+	} else {
+		r.add("renewalFailed", e)
+	}
+}
+func (r *recorder) OnLoss(_ context.Context, e fence.LossEvent)       { r.add("lost", e) }
+func (r *recorder) OnRelease(_ context.Context, e fence.ReleaseEvent) { r.add("released", e) }
+
+var (
+	_ fence.AcquireObserver = (*recorder)(nil)
+	_ fence.WaitObserver    = (*recorder)(nil)
+	_ fence.RenewObserver   = (*recorder)(nil)
+	_ fence.LossObserver    = (*recorder)(nil)
+	_ fence.ReleaseObserver = (*recorder)(nil)
+)
 
 // doneAt records when a lock's context was cancelled.
 func doneAt(l *fence.Lock) <-chan time.Time {

@@ -25,9 +25,9 @@ func uniquePrefix(t testing.TB) string {
 
 // newFenceOn returns a fence client on rdb with prefix, closed at the end
 // of the test.
-func newFenceOn(t testing.TB, rdb redis.UniversalClient, prefix string, opts ...fence.Option) *fence.Client {
+func newFenceOn(t testing.TB, rdb redis.UniversalClient, prefix string, opts ...fence.ClientOption) *fence.Client {
 	t.Helper()
-	c, err := fence.New(rdb, append([]fence.Option{fence.WithPrefix(prefix)}, opts...)...)
+	c, err := fence.New(rdb, append([]fence.ClientOption{fence.WithPrefix(prefix)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c

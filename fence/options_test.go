@@ -17,7 +17,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	r := testenv.NewRedis(t)
 	for _, tc := range []struct {
 		name string
-		opt  fence.Option
+		opt  fence.ClientOption
 		want string
 	}{
 		{"zero lease", fence.WithLease(0), "at least"},
@@ -33,7 +33,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"nil logger", fence.WithLogger(nil), "WithLogger(nil)"},
 		{"nil observer", fence.WithObserver(nil), "WithObserver(nil)"},
 		{"empty holder", fence.WithHolder(""), "WithHolder"},
-		{"nil option", nil, "nil Option"},
+		{"nil option", nil, "nil ClientOption"},
+		{"observer of no event", fence.WithObserver(struct{}{}), "implements none of"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := fence.New(r.Client(), tc.opt)
@@ -60,16 +61,15 @@ func TestAcquireRejectsBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		lock string
-		opts []fence.Option
+		opts []fence.LockOption
 		want error
 	}{
 		{"empty name", "", nil, fence.ErrInvalidName},
 		{"long name", string(make([]byte, 513)), nil, fence.ErrInvalidName},
 		{"brace", "a}", nil, fence.ErrInvalidName},
-		{"client-level prefix", "x", []fence.Option{fence.WithPrefix("p:")}, fence.ErrInvalidOption},
-		{"client-level logger", "x", []fence.Option{fence.WithLogger(nil)}, fence.ErrInvalidOption},
-		{"zero lease", "x", []fence.Option{fence.WithLease(0)}, fence.ErrInvalidOption},
-		{"zero wait", "x", []fence.Option{fence.WithWaitLimit(0)}, fence.ErrInvalidOption},
+		{"zero lease", "x", []fence.LockOption{fence.WithLease(0)}, fence.ErrInvalidOption},
+		{"zero wait", "x", []fence.LockOption{fence.WithWaitLimit(0)}, fence.ErrInvalidOption},
+		{"nil option", "x", []fence.LockOption{nil}, fence.ErrInvalidOption},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.Acquire(ctx, tc.lock, tc.opts...)

@@ -37,10 +37,11 @@ const (
 
 // acquireReply is the decoded answer of acquire.lua.
 type acquireReply struct {
-	acquired bool
-	token    int64  // when acquired
-	value    string // when acquired: the lock's value '<token>:<holder>'
-	pttl     int64  // ms, when not acquired (-1: no expiry, -2: gone meanwhile)
+	acquired   bool
+	reacquired bool   // held by the same holder id already: same token, lease restarted
+	token      int64  // when acquired
+	value      string // when acquired: the lock's value '<token>:<holder>'
+	pttl       int64  // ms, when not acquired (-1: no expiry, -2: gone meanwhile)
 }
 
 func parseAcquire(v any) (acquireReply, error) {
@@ -52,7 +53,7 @@ func parseAcquire(v any) (acquireReply, error) {
 	if !ok {
 		return acquireReply{}, fmt.Errorf("fence: unexpected acquire reply %#v", v)
 	}
-	if flag == 1 {
+	if flag == 1 || flag == 2 {
 		v, ok := arr[1].(string)
 		if !ok {
 			return acquireReply{}, fmt.Errorf("fence: unexpected acquire reply %#v", arr[1])
@@ -62,13 +63,32 @@ func parseAcquire(v any) (acquireReply, error) {
 		if err != nil {
 			return acquireReply{}, fmt.Errorf("fence: unexpected acquire token %q: %w", s, err)
 		}
-		return acquireReply{acquired: true, token: tok, value: v}, nil
+		return acquireReply{acquired: true, reacquired: flag == 2, token: tok, value: v}, nil
 	}
 	pttl, ok := arr[1].(int64)
 	if !ok {
 		return acquireReply{}, fmt.Errorf("fence: unexpected acquire pttl %#v", arr[1])
 	}
 	return acquireReply{pttl: pttl}, nil
+}
+
+// parseRenew decodes renew.lua's answer: renewOK, renewGone, or
+// renewNotOurs with the value found (another acquisition's
+// '<token>:<holder>').
+func parseRenew(cmd *redis.Cmd) (res int64, other string, err error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, "", err
+	}
+	switch x := v.(type) {
+	case int64:
+		if x == renewOK || x == renewGone {
+			return x, "", nil
+		}
+	case string:
+		return renewNotOurs, x, nil
+	}
+	return 0, "", fmt.Errorf("fence: unexpected renew reply %#v", v)
 }
 
 // isNoScript reports a script cache miss (after a restart or failover).
@@ -82,7 +102,7 @@ func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 // connection, without SCRIPT LOAD, which a restricted ACL user may not
 // have (+@all -script), and without sending the script's body with every
 // call. Each returned *redis.Cmd carries its own result or error.
-func execScripts(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, calls []scriptCall) []*redis.Cmd {
+func execScripts(ctx context.Context, rdb scripter, s *redis.Script, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := rdb.Pipeline()
 	for i, c := range calls {

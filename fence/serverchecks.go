@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -89,7 +90,7 @@ const checkTimeout = 5 * time.Second
 // checkEviction warns for every master whose maxmemory-policy may evict
 // lock keys.
 func (c *Client) checkEviction(ctx context.Context) {
-	check := func(ctx context.Context, node redis.UniversalClient) error {
+	check := func(ctx context.Context, node infoer) error {
 		ev, err := readEviction(ctx, node)
 		if err != nil {
 			c.cfg.logger.Debug("fence: cannot read maxmemory-policy (INFO memory)", slog.Any("err", err))
@@ -106,7 +107,15 @@ func (c *Client) checkEviction(ctx context.Context) {
 		_ = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return check(ctx, node) })
 		return
 	}
-	_ = check(ctx, c.rdb)
+	if node, ok := c.rdb.(infoer); ok {
+		_ = check(ctx, node)
+	}
+}
+
+// infoer is a client that can run INFO (every go-redis client; a
+// [RedisClient] wrapper may not).
+type infoer interface {
+	Info(ctx context.Context, section ...string) *redis.StringCmd
 }
 
 // Eviction is a server's eviction configuration, as [Client.Inspect]
@@ -126,7 +135,7 @@ func (e Eviction) Evicts() bool {
 
 // readEviction reads maxmemory and maxmemory-policy with INFO memory,
 // which managed services allow more often than CONFIG GET.
-func readEviction(ctx context.Context, node redis.UniversalClient) (Eviction, error) {
+func readEviction(ctx context.Context, node infoer) (Eviction, error) {
 	s, err := node.Info(ctx, "memory").Result()
 	if err != nil {
 		return Eviction{}, err
@@ -152,13 +161,16 @@ func readEviction(ctx context.Context, node redis.UniversalClient) (Eviction, er
 
 // evictionFor reads the eviction configuration of the node that holds key.
 func (c *Client) evictionFor(ctx context.Context, key string) (Eviction, error) {
-	var node redis.UniversalClient = c.rdb
+	node, _ := c.rdb.(infoer)
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
 		n, err := cc.MasterForKey(ctx, key)
 		if err != nil {
 			return Eviction{}, err
 		}
 		node = n
+	}
+	if node == nil {
+		return Eviction{}, errors.New("fence: the Redis client cannot run INFO")
 	}
 	return readEviction(ctx, node)
 }

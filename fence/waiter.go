@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -47,7 +48,8 @@ const (
 //   - a head that leaves with the lock holds it in this client: the release
 //     message of that lock wakes the next head, and when its end publishes
 //     nothing (lost, or the release found it gone or failed) the client
-//     wakes the head locally (wakeLocal);
+//     wakes the head locally (Client.release and Client.lost call
+//     wakeChannel);
 //   - a waiter that attempted keeps its PTTL timer as the fallback, so an
 //     expiry without a message is noticed;
 //   - a broken pub/sub connection wakes every waiter of it.
@@ -164,7 +166,7 @@ func (m *waiter) subscribe(ctx context.Context, channel string) (s *subscription
 		s.close(false)
 		return nil, false, ctx.Err()
 	case <-t.C:
-		m.c.cfg.logger.Warn("fence: no pub/sub confirmation; waiting on lock expiry only", slog.String("channel", channel))
+		m.c.warn("fence: no pub/sub confirmation; waiting on lock expiry only", slog.String("channel", channel))
 	}
 	return s, false, nil
 }
@@ -173,9 +175,9 @@ func (m *waiter) subscribe(ctx context.Context, channel string) (s *subscription
 // channel. Called with m.mu held.
 func (m *waiter) groupFor(ctx context.Context, channel string) (*psGroup, error) {
 	addr := ""
-	var node redis.UniversalClient = m.c.rdb
-	if cc, ok := m.c.rdb.(*redis.ClusterClient); ok {
-		n, err := cc.MasterForKey(ctx, channel)
+	var node RedisClient = m.c.rdb
+	if m.c.router != nil {
+		n, err := m.c.router.MasterForKey(ctx, channel)
 		if err != nil {
 			return nil, err
 		}
@@ -189,7 +191,7 @@ func (m *waiter) groupFor(ctx context.Context, channel string) (*psGroup, error)
 
 // newGroup opens the pub/sub connection for node and starts its reader.
 // Called with m.mu held.
-func (m *waiter) newGroup(node redis.UniversalClient, addr string) *psGroup {
+func (m *waiter) newGroup(node RedisClient, addr string) *psGroup {
 	g := &psGroup{sharded: m.c.cluster, addr: addr}
 	if g.sharded {
 		g.ps = node.SSubscribe(m.ctx)
@@ -350,7 +352,7 @@ func (m *waiter) confirm(g *psGroup, channel string) {
 }
 
 // wakeChannel wakes the head of channel's queue: on a release message, and
-// (wakeLocal) when a lock of this client ended without publishing.
+// when a lock of this client ended without publishing.
 func (m *waiter) wakeChannel(channel string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -380,25 +382,29 @@ func (m *waiter) close() {
 	m.wg.Wait()
 }
 
-// wait is Acquire's wait for a held lock, after its first attempt failed
-// (or was skipped because waiters of this client queue for the name).
-// start is when Acquire was called: the wait limit counts from it.
-func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, start time.Time) (*Lock, error) {
-	// The wait limit counts from the call.
-	wctx, cancel := context.WithDeadlineCause(ctx, start.Add(cfg.waitLimit), cfg.waitLimitErr)
-	defer cancel()
+// wait is Acquire's wait for a held lock, after its first attempt found
+// it held (rep) or was skipped because waiters of this client queue for
+// the name. start is when Acquire was called: the wait limit counts from
+// it.
+//
+// The wait ends at the earlier of ctx's end and the wait limit, where the
+// limit is WithWaitLimit's when given, else DefaultWaitLimit when ctx has
+// no deadline, else none (ctx's deadline decides).
+func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, holder string, start time.Time, rep acquireReply) (*Lock, error) {
+	wctx := ctx
+	if _, has := ctx.Deadline(); cfg.waitLimitSet || !has {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadlineCause(ctx, start.Add(cfg.waitLimit), cfg.waitLimitErr)
+		defer cancel()
+	}
 
 	// Held: subscribe first, then try again, so that a release between
 	// the failed attempt and the wait is seen either by the attempt or as
 	// a message.
 	waitStart := time.Now()
-	waited := func(l *Lock, err error) (*Lock, error) {
-		var tok int64
-		if l != nil {
-			tok = l.token
-			cfg.observer.Acquired(Event{Name: name, Token: tok, Duration: time.Since(start)})
-		}
-		cfg.observer.Waited(Event{Name: name, Token: tok, Duration: time.Since(waitStart), Err: err})
+	var l *Lock
+	done := func(err error) (*Lock, error) {
+		c.observeAcquire(ctx, name, holder, start, time.Since(waitStart), l, rep, err)
 		return l, err
 	}
 	var (
@@ -406,8 +412,6 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, star
 		sub    *subscription
 		behind bool
 		warned bool // about a failed subscription, once per wait
-		l      *Lock
-		rep    acquireReply
 	)
 	// subscribe registers the waiter; on failure it waits on the lock's
 	// expiry and tries again after its next attempt (the node may be in
@@ -417,19 +421,19 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, star
 		switch {
 		case err == nil:
 			sub, wake, behind = s, s.wake, b
-		case errors.Is(err, ErrClosed) || wctx.Err() != nil:
+		case errors.Is(err, ErrClosed) || ctxEnded(wctx):
 			return err
 		case !warned:
 			warned = true
 			// The pub/sub connection failed but commands may work: wait
 			// on the lock's expiry rather than fail.
-			cfg.logger.Warn("fence: cannot subscribe to release notifications; waiting on lock expiry meanwhile",
-				slog.String("name", name), slog.Any("err", err))
+			c.warn("fence: cannot subscribe to release notifications; waiting on lock expiry meanwhile",
+				slog.String("name", name), slog.String("err", err.Error()))
 		}
 		return nil
 	}
 	if err := subscribe(); err != nil {
-		return waited(nil, c.attemptErr(wctx, err))
+		return done(attemptErr(wctx, name, err))
 	}
 	// Leaving without the lock passes a wake on to the next waiter.
 	defer func() {
@@ -437,6 +441,7 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, star
 			sub.close(l != nil)
 		}
 	}()
+	announced := len(c.obs.wait) == 0
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	backoff := minErrorBackoff
@@ -447,18 +452,18 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, star
 		// that, every waiter has a PTTL timer as the fallback.
 		if !behind {
 			var err error
-			l, rep, err = c.attempt(wctx, name, k, cfg)
+			l, rep, err = c.attempt(wctx, name, k, cfg, holder)
 			switch {
 			case l != nil:
-				return waited(l, nil)
-			case err != nil && transient(err) && wctx.Err() == nil:
+				return done(nil)
+			case err != nil && transient(err) && !ctxEnded(wctx):
 				// A failover, restart or slot move: the slot map is being
 				// reloaded (see attempt); try again until the wait ends.
 				lastErr = err
 				timer.Reset(backoff)
 				backoff = min(2*backoff, maxErrorBackoff)
 			case err != nil:
-				return waited(nil, c.attemptErr(wctx, err))
+				return done(attemptErr(wctx, name, err))
 			default:
 				backoff, lastErr = minErrorBackoff, nil
 				// Held, and its node answered: a subscription that failed,
@@ -466,7 +471,7 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, star
 				// attempt repeated (subscribe first, then try).
 				if sub == nil {
 					if err := subscribe(); err != nil {
-						return waited(nil, c.attemptErr(wctx, err))
+						return done(attemptErr(wctx, name, err))
 					}
 					if sub != nil {
 						continue
@@ -477,14 +482,22 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, star
 				timer.Reset(retryAfter(rep.pttl))
 			}
 		}
+		if !announced {
+			announced = true
+			c.obs.onWait(ctx, WaitEvent{Name: name, Remaining: pttlDuration(rep.pttl)})
+		}
 		behind = false
 		select {
 		case <-wake:
 		case <-timer.C:
 		case <-c.closing:
-			return waited(nil, ErrClosed)
+			return done(ErrClosed)
 		case <-wctx.Done():
-			return waited(nil, errors.Join(ErrNotAcquired, context.Cause(wctx), lastErr))
+			err := notAcquiredCtx(wctx, name)
+			if lastErr != nil {
+				err = fmt.Errorf("%w; last transient error: %w", err, lastErr)
+			}
+			return done(err)
 		}
 	}
 }
@@ -496,6 +509,11 @@ const (
 	minErrorBackoff = 10 * time.Millisecond
 	maxErrorBackoff = 250 * time.Millisecond
 )
+
+// warn logs to the client's logger.
+func (c *Client) warn(msg string, attrs ...slog.Attr) {
+	c.cfg.logger.LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
+}
 
 // retryAfter is how long a waiter sleeps when no release message comes:
 // until the lock's PTTL has elapsed, plus jitter so that waiters of one

@@ -79,7 +79,8 @@ func TestWaiterWakesOneWaiterPerRelease(t *testing.T) {
 	rdb := r.NewClient(&redis.Options{})
 	hook := &evalCounter{}
 	rdb.AddHook(hook)
-	waiters := newClient(t, r, rdb)
+	rec := newRecorder()
+	waiters := newClient(t, r, rdb, fence.WithObserver(rec))
 
 	held, err := holder.Acquire(ctx, "herd")
 	require.NoError(t, err)
@@ -111,11 +112,10 @@ func TestWaiterWakesOneWaiterPerRelease(t *testing.T) {
 		}()
 	}
 	started.Wait()
-	// Let every goroutine reach its wait (their attempts before the
-	// release are not counted); a late one only adds attempts, it cannot
-	// make the test pass.
+	// Every goroutine waits (their attempts before the release are not
+	// counted).
 	waitSubscribers(t, r, "herd", 1)
-	time.Sleep(300 * time.Millisecond)
+	rec.waitCount(t, "waiting", workers)
 	before := hook.n.Load()
 	require.NoError(t, held.Release(ctx))
 	wg.Wait()
@@ -143,7 +143,8 @@ func TestWaiterLeavingPassesWakeOn(t *testing.T) {
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newClient(t, r, nil)
-	waiters := newClient(t, r, nil)
+	rec := newRecorder()
+	waiters := newClient(t, r, nil, fence.WithObserver(rec))
 	held, err := holder.Acquire(ctx, "pass")
 	require.NoError(t, err)
 
@@ -153,15 +154,14 @@ func TestWaiterLeavingPassesWakeOn(t *testing.T) {
 		_, err := waiters.Acquire(firstCtx, "pass")
 		firstErr <- err
 	}()
-	waitSubscribers(t, r, "pass", 1)
-	time.Sleep(100 * time.Millisecond)
+	rec.waitCount(t, "waiting", 1)
 	second := make(chan *fence.Lock, 1)
 	go func() {
 		l, err := waiters.Acquire(ctx, "pass")
 		assert.NoError(t, err)
 		second <- l
 	}()
-	time.Sleep(100 * time.Millisecond)
+	rec.waitCount(t, "waiting", 2)
 	// The head leaves; then the holder releases with the lease far away.
 	cancelFirst()
 	require.ErrorIs(t, <-firstErr, fence.ErrNotAcquired)
@@ -211,17 +211,29 @@ func waitOnce(t *testing.T, ctx context.Context, r *testenv.Redis, holder, waite
 	held, err := holder.Acquire(ctx, name)
 	require.NoError(t, err)
 	got := make(chan *fence.Lock, 1)
+	started := make(chan struct{})
 	go func() {
-		l, err := waiters.Acquire(ctx, name)
+		l, err := waiters.Acquire(context.WithValue(ctx, waitingKey{}, started), name)
 		assert.NoError(t, err)
 		got <- l
 	}()
-	waitSubscribers(t, r, name, 1)
-	time.Sleep(20 * time.Millisecond) // let the waiter's attempt find it held
+	<-started // the waiter's attempt found it held; it waits for the release
 	require.NoError(t, held.Release(ctx))
 	l := <-got
 	require.NotNil(t, l)
 	require.NoError(t, l.Release(ctx))
+}
+
+// waitingKey marks an Acquire's ctx with a channel that signalWaiting
+// closes when that Acquire starts waiting.
+type waitingKey struct{}
+
+type signalWaiting struct{}
+
+func (signalWaiting) OnWait(ctx context.Context, _ fence.WaitEvent) {
+	if ch, ok := ctx.Value(waitingKey{}).(chan struct{}); ok {
+		close(ch)
+	}
 }
 
 func subscribeCalls(t *testing.T, r *testenv.Redis) int64 {
@@ -246,7 +258,7 @@ func TestWaiterSubscriptionLingers(t *testing.T) {
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newClient(t, r, nil)
-	waiters := newClient(t, r, nil)
+	waiters := newClient(t, r, nil, fence.WithObserver(signalWaiting{}))
 
 	before := subscribeCalls(t, r)
 	waitOnce(t, ctx, r, holder, waiters, "linger")

@@ -3,7 +3,6 @@ package fence
 import (
 	"container/heap"
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 )
@@ -50,6 +49,7 @@ type roundResult struct {
 	start time.Time
 	rtt   time.Duration
 	res   []int64
+	other []string // the value found, when res is renewNotOurs
 	errs  []error
 }
 
@@ -144,19 +144,7 @@ func (w *watchdog) lose(l *Lock, cause error, now time.Time) {
 	}
 }
 
-func (w *watchdog) signalLoss(l *Lock, cause error, now time.Time) {
-	if l.ctx.Err() != nil {
-		return
-	}
-	l.cancel(cause)
-	// A waiter of this client may be waiting for this lock's release
-	// message alone (see waiter); a lost lock publishes none.
-	w.c.waiter.wakeChannel(l.keys.channel)
-	held := now.Sub(l.acquiredAt)
-	w.c.cfg.logger.Warn("fence: lock lost", slog.String("name", l.name), slog.Int64("token", l.token),
-		slog.Duration("held", held), slog.Any("cause", cause))
-	w.c.cfg.observer.Lost(Event{Name: l.name, Token: l.token, Duration: held, Err: cause})
-}
+func (w *watchdog) signalLoss(l *Lock, cause error, now time.Time) { w.c.lost(l, cause, now) }
 
 func (w *watchdog) poke() {
 	select {
@@ -199,7 +187,7 @@ func (w *watchdog) schedule() {
 				lost = append(lost, loss{l, ErrMaxHold})
 			case !now.Before(l.lossAt()):
 				heap.Pop(&w.h)
-				lost = append(lost, loss{l, ErrLockLost})
+				lost = append(lost, loss{l, l.deadlineLoss()})
 			default: // renewal due
 				l.inflight = true
 				heap.Fix(&w.h, 0)
@@ -237,7 +225,7 @@ func (w *watchdog) schedule() {
 // apply records the outcome of a renewal round.
 func (w *watchdog) apply(r roundResult) {
 	now := time.Now()
-	var lost []*Lock
+	var lost []loss
 	w.mu.Lock()
 	for i, l := range r.locks {
 		l.inflight = false
@@ -247,30 +235,29 @@ func (w *watchdog) apply(r roundResult) {
 		switch {
 		case r.errs[i] != nil:
 			// Transient: retry soon, within what is left of the lease.
+			l.renewErr = r.errs[i]
 			l.renewAt = now.Add(retryDelay(l.lease))
 			heap.Fix(&w.h, l.idx)
 		case r.res[i] == renewOK:
+			l.renewErr = nil
 			l.setDeadlineFrom(r.start, l.lease)
 			l.renewAt = r.start.Add(l.lease / 3)
 			heap.Fix(&w.h, l.idx)
 		default: // gone or another holder: terminal at once
 			heap.Remove(&w.h, l.idx)
-			lost = append(lost, l)
+			lost = append(lost, loss{l, l.renewLoss(r.res[i], r.other[i])})
 		}
 	}
 	w.mu.Unlock()
-	obs, log := w.c.cfg.observer, w.c.cfg.logger
-	for i, l := range r.locks {
-		switch {
-		case r.errs[i] != nil:
-			log.Warn("fence: renewal failed, will retry", slog.String("name", l.name), slog.Any("err", r.errs[i]))
-			obs.RenewalFailed(Event{Name: l.name, Token: l.token, Duration: r.rtt, Err: r.errs[i]})
-		case r.res[i] == renewOK:
-			obs.Renewed(Event{Name: l.name, Token: l.token, Duration: r.rtt})
+	if len(w.c.obs.renew) > 0 {
+		for i, l := range r.locks {
+			if r.errs[i] != nil || r.res[i] == renewOK {
+				w.c.obs.onRenew(l.vctx, RenewEvent{Name: l.name, Token: l.token, Duration: r.rtt, Deadline: l.Deadline(), Err: r.errs[i]})
+			}
 		}
 	}
-	for _, l := range lost {
-		w.signalLoss(l, ErrLockLost, now)
+	for _, x := range lost {
+		w.signalLoss(x.l, x.cause, now)
 	}
 }
 
@@ -359,12 +346,13 @@ func (w *watchdog) round(locks []*Lock) roundResult {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), earliest)
 	defer cancel()
-	r := roundResult{locks: locks, start: time.Now(), res: make([]int64, len(locks)), errs: make([]error, len(locks))}
+	r := roundResult{locks: locks, start: time.Now(), res: make([]int64, len(locks)),
+		other: make([]string, len(locks)), errs: make([]error, len(locks))}
 	cmds := execScripts(ctx, w.c.rdb, renewScript, calls)
 	r.rtt = time.Since(r.start)
 	var failed error
 	for i, cmd := range cmds {
-		r.res[i], r.errs[i] = cmd.Int64()
+		r.res[i], r.other[i], r.errs[i] = parseRenew(cmd)
 		if r.errs[i] != nil && failed == nil {
 			failed = r.errs[i]
 		}

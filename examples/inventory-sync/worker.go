@@ -76,11 +76,11 @@ func NewWorker(ctx context.Context, cfg Config, rdb redis.UniversalClient, pool 
 // Close releases what the worker holds.
 func (w *Worker) Close(ctx context.Context) error { return w.locks.Close(ctx) }
 
-func (w *Worker) lockOptions() []fence.Option {
+func (w *Worker) lockOptions() []fence.LockOption {
 	if w.cfg.Watchdog {
-		return []fence.Option{fence.WithLease(w.cfg.Lease)}
+		return []fence.LockOption{fence.WithLease(w.cfg.Lease)}
 	}
-	return []fence.Option{fence.WithFixedLease(w.cfg.Lease)}
+	return []fence.LockOption{fence.WithFixedLease(w.cfg.Lease)}
 }
 
 // Run syncs the snapshot once, the fencelock way or the old way.

@@ -1,0 +1,153 @@
+package fence_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+// The same holder id gets its own lock back: the same *Lock within a
+// client, the same token, the lease restarted; one Release ends it.
+func TestReacquireBySameHolder(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 10*time.Second)
+	rec := newRecorder()
+	c := newClient(t, r, nil, fence.WithObserver(rec))
+	l, err := c.TryAcquire(ctx, "re", fence.WithHolder("w1"), fence.WithFixedLease(2*time.Second))
+	require.NoError(t, err)
+	again, err := c.Acquire(ctx, "re", fence.WithHolder("w1"), fence.WithFixedLease(20*time.Second))
+	require.NoError(t, err)
+	assert.Same(t, l, again, "the client's own lock is handed back")
+	assert.Equal(t, l.Token(), again.Token())
+	pttl, err := r.Client().PTTL(ctx, lockKey(r, "re")).Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, 10*time.Second, "the lease restarted with the new acquisition's")
+	assert.True(t, l.Deadline().After(time.Now().Add(10*time.Second)), "the local deadline moved too")
+	acq := all[fence.AcquireEvent](rec)
+	require.Len(t, acq, 2)
+	assert.False(t, acq[0].Reacquired)
+	assert.True(t, acq[1].Reacquired)
+
+	_, err = c.TryAcquire(ctx, "re", fence.WithHolder("w2"))
+	assert.ErrorIs(t, err, fence.ErrNotAcquired, "another holder id is excluded")
+
+	require.NoError(t, l.Release(ctx))
+	assert.ErrorIs(t, again.Release(ctx), fence.ErrNotHeld, "not counted: one Release ended it")
+	n, err := r.Client().Exists(ctx, lockKey(r, "re")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+// The reply to an acquisition is lost (the connection is blackholed past
+// the call's deadline, then restored: the script ran, nobody heard). The
+// retry with the same holder id gets the lock at once, with the token the
+// server handed out, instead of waiting a whole lease.
+func TestReacquireAfterLostReply(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	p, err := testenv.NewProxy(r.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := ctxT(t, 30*time.Second)
+	c := newClient(t, r, rdb, fence.WithHolder("job-42"))
+	// Warm the connection and the script cache.
+	warm, err := c.TryAcquire(ctx, "warm")
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+
+	p.Blackhole()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = c.TryAcquire(short, "lost-reply")
+	cancel()
+	require.ErrorIs(t, err, fence.ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	p.Restore() // the held request reaches the server now
+	var serverToken int64
+	require.Eventually(t, func() bool {
+		v, err := r.Client().Get(ctx, lockKey(r, "lost-reply")).Result()
+		if err != nil {
+			return false
+		}
+		tok, holder, _ := strings.Cut(v, ":")
+		serverToken, _ = strconv.ParseInt(tok, 10, 64)
+		return holder == "job-42"
+	}, 10*time.Second, 5*time.Millisecond, "the blackholed acquisition reached the server")
+
+	start := time.Now()
+	l, err := c.TryAcquire(ctx, "lost-reply")
+	require.NoError(t, err, "the retry gets the lock its lost reply was for")
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Equal(t, serverToken, l.Token())
+	require.NoError(t, l.Release(ctx))
+}
+
+const holderProcEnv = "FENCE_TEST_HOLDER_PROC"
+
+// holderProcess is the child of TestReacquireFromAnotherProcess: it
+// acquires a lock with a fixed holder id, prints its token and waits to
+// be killed (a crash: no Release).
+func holderProcess() {
+	addr, prefix := os.Getenv(holderProcEnv), os.Getenv(holderProcEnv+"_PREFIX")
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	c, err := fence.New(rdb, fence.WithPrefix(prefix))
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	l, err := c.Acquire(context.Background(), "proc", fence.WithHolder("host-a/worker-1"))
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Println("token", l.Token())
+	select {}
+}
+
+// A process holds a lock and crashes; its successor, restarted with the
+// same holder id, gets the lock back at once with the same token, instead
+// of waiting out the dead process's 30 s lease. Another holder id still
+// waits.
+func TestReacquireFromAnotherProcess(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 30*time.Second)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holderProcEnv+"="+r.Addr, holderProcEnv+"_PREFIX="+r.Prefix+"fence:")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	f := strings.Fields(line)
+	require.Len(t, f, 2, "child said %q", line)
+	require.Equal(t, "token", f[0], "child said %q", line)
+	token, err := strconv.ParseInt(f[1], 10, 64)
+	require.NoError(t, err)
+	require.NoError(t, cmd.Process.Kill()) // crash: no release
+	_ = cmd.Wait()
+
+	c := newClient(t, r, nil)
+	_, err = c.TryAcquire(ctx, "proc")
+	assert.ErrorIs(t, err, fence.ErrNotAcquired, "another holder id waits for the dead lease")
+	start := time.Now()
+	l, err := c.TryAcquire(ctx, "proc", fence.WithHolder("host-a/worker-1"))
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Equal(t, token, l.Token(), "the same acquisition, its token kept")
+	require.NoError(t, l.Release(ctx))
+}
