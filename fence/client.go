@@ -426,7 +426,8 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 func (c *Client) newest(l *Lock) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.locks[l.keys.lock] == nil
+	cur := c.locks[l.keys.lock]
+	return cur == nil || cur == l
 }
 
 // forget drops l from the client's locks (a newer lock of the same name

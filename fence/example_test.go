@@ -144,7 +144,7 @@ func ExampleClient_Acquire() {
 		}
 		defer lock.Release(ctx)
 
-		token := lock.Token() // strictly increasing per name: pass it with every write
+		token := lock.Token()                                    // strictly increasing per name: pass it with every write
 		if err := syncStock(lock.Context(), token); err != nil { // lock.Context() ends the moment the lock is lost
 			return err
 		}

@@ -259,8 +259,8 @@ func (c *Client) lost(l *Lock, cause error, now time.Time) {
 	if l.ctx.Err() != nil {
 		return
 	}
-	l.cancel(cause)
 	c.forget(l)
+	l.cancel(cause)
 	c.waiter.wakeChannel(l.keys.channel)
 	c.obs.onLoss(l.vctx, LossEvent{Name: l.name, Token: l.token, Held: now.Sub(l.acquiredAt), Err: cause})
 }
