@@ -16,11 +16,11 @@ import (
 	"github.com/fencelock/fencelock/testenv"
 )
 
-func newLocks(t *testing.T, r *testenv.Redis, opts ...fence.Option) *fence.Client {
+func newLocks(t *testing.T, r *testenv.Redis, opts ...fence.ClientOption) *fence.Client {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	locks, err := fence.New(rdb, append([]fence.Option{fence.WithPrefix(r.Prefix)}, opts...)...)
+	locks, err := fence.New(rdb, append([]fence.ClientOption{fence.WithPrefix(r.Prefix)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = locks.Close(context.Background()) })
 	return locks
