@@ -1,0 +1,22 @@
+// Package guardtest is the contract every guard.Store must keep, as a test
+// suite any store can run against a real database: [Run] checks stale
+// rejection with two tokens, the same token from another holder, key
+// dedupe, resumable runs, rollback on error, panic, cancellation and lease
+// loss, the commit-order invariant under 12 concurrent writers, misuse (fn
+// committing the transaction itself, a read-only database) and bad input.
+//
+// pgfence (pgx.Tx) and sqlfence (*sql.Tx) run it in their tests; a
+// third-party store runs it the same way, with a [Harness] that tells the
+// suite how to open a database with the fencelock schema, make a store
+// over it, and run a statement in the store's transaction handle:
+//
+//	func TestContract(t *testing.T) {
+//		guardtest.Run(t, guardtest.Harness[*sql.Tx]{
+//			Open: func(t testing.TB) guardtest.Database[*sql.Tx] { ... },
+//			...
+//		})
+//	}
+//
+// The suite asserts what the database holds after each step, through the
+// harness's own connection, never what the store says about itself.
+package guardtest

@@ -1,0 +1,93 @@
+package guardtest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/fencelock/fencelock/guard"
+)
+
+// Harness is what the suite needs to drive one store implementation.
+type Harness[Tx any] struct {
+	// Open creates a fresh database with the fencelock schema installed,
+	// dropped when t ends. The suite opens one for most checks and a
+	// second one that it makes read-only.
+	Open func(t testing.TB) Database[Tx]
+
+	// Run opens the resumable run key of lease's resource on store (for
+	// pgfence: store.(*pgfence.Store).Run(lease, key)).
+	Run func(store guard.Store[Tx], lease guard.Lease, key string) Runner[Tx]
+
+	// ErrReadOnly is the error the store returns, wrapped, for a database
+	// that does not accept writes (default_transaction_read_only, a hot
+	// standby).
+	ErrReadOnly error
+	// ErrRunFinished is the error of a step of a finished run; it must
+	// wrap guard.ErrAlreadyApplied.
+	ErrRunFinished error
+	// ErrInvalidInput is the error the store returns for a string it
+	// cannot store (invalid UTF-8, over its length limit).
+	ErrInvalidInput error
+}
+
+// Database is one test database as the suite sees it.
+type Database[Tx any] interface {
+	// NewStore returns a new store over a new connection pool to the
+	// database, as another process would have: its own connections and
+	// caches. Connections opened after the database was made read-only
+	// see it read-only.
+	NewStore(t testing.TB) guard.Store[Tx]
+	// Exec runs one statement outside any guarded transaction.
+	Exec(ctx context.Context, sql string, args ...any) error
+	// QueryInt runs a query that returns one row with one integer column.
+	QueryInt(ctx context.Context, sql string, args ...any) (int64, error)
+	// TxExec runs one statement in tx, fn's transaction handle.
+	TxExec(ctx context.Context, tx Tx, sql string, args ...any) error
+	// TxQueryInt runs a one-integer query in tx.
+	TxQueryInt(ctx context.Context, tx Tx, sql string, args ...any) (int64, error)
+	// TxCommit commits tx through the handle's own API (tx.Commit), as an
+	// fn that does not know better would.
+	TxCommit(ctx context.Context, tx Tx) error
+}
+
+// Runner is a resumable run as pgfence's and sqlfence's Run have it.
+type Runner[Tx any] interface {
+	Resume(ctx context.Context) (cursor string, finished bool, err error)
+	Step(ctx context.Context, newCursor string, fn func(ctx context.Context, tx Tx) error) error
+	Finish(ctx context.Context) error
+}
+
+// Advancer is implemented by stores that can claim a fence right after the
+// lock is acquired (pgfence's and sqlfence's Advance); the suite checks it
+// when the store has it.
+type Advancer interface {
+	Advance(ctx context.Context, lease guard.Lease) error
+}
+
+// Lease is a fixed lease: what a lock looks like to guard, and the view a
+// paused process has of its lock (it has not noticed the expiry yet).
+type Lease struct {
+	Resource string
+	Tok      int64
+	Who      string
+}
+
+func (l Lease) Name() string   { return l.Resource }
+func (l Lease) Token() int64   { return l.Tok }
+func (l Lease) Holder() string { return l.Who }
+
+// losable is a lease whose loss the test decides (Done closes).
+type losable struct {
+	Lease
+	done chan struct{}
+}
+
+func (l *losable) Done() <-chan struct{} { return l.done }
+func (l *losable) Err() error {
+	select {
+	case <-l.done:
+		return errLost
+	default:
+		return nil
+	}
+}

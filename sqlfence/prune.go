@@ -1,0 +1,27 @@
+package sqlfence
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Prune deletes applied idempotency keys and finished runs older than
+// olderThan, and returns how many rows it deleted. A batch retried after
+// its key was pruned is applied again: keep olderThan well above the
+// longest time a retry can come. The fence rows (tokens) are never pruned:
+// they are what rejects stale holders. olderThan must not be negative.
+func (s *Store) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("%w: Prune: negative age %v", ErrInvalidInput, olderThan)
+	}
+	var n int64
+	err := s.db.QueryRowContext(ctx, `
+WITH a AS (DELETE FROM fencelock.applied WHERE applied_at < now() - $1 * interval '1 microsecond' RETURNING 1),
+     r AS (DELETE FROM fencelock.runs WHERE finished AND finished_at < now() - $1 * interval '1 microsecond' RETURNING 1)
+SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM r)`, olderThan.Microseconds()).Scan(&n)
+	if err != nil {
+		return 0, mapError(err)
+	}
+	return n, nil
+}

@@ -1,0 +1,247 @@
+package sqlfence
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fencelock/fencelock/guard"
+)
+
+var (
+	_ guard.Store[*sql.Tx] = (*Store)(nil)
+	_ guard.ErrorMapper    = (*Store)(nil)
+)
+
+// Store is the database/sql backend of guard: *Store implements
+// guard.Store[*sql.Tx] over a *sql.DB of any Postgres driver. It is safe
+// for concurrent use. Create it with New.
+type Store struct {
+	db          *sql.DB
+	lockTimeout time.Duration
+	idleTimeout time.Duration
+	// adv lets a transaction skip advance when this Store has already
+	// seen its claim stored.
+	adv advanced
+	// nonce marks the transactions this Store opens (see txn.Commit).
+	nonce  string
+	serial atomic.Uint64
+}
+
+// New returns a Store over db, a *sql.DB opened with a Postgres driver
+// (pgx's "pgx" from github.com/jackc/pgx/v5/stdlib, lib/pq's "postgres",
+// or another that reports server errors with a SQLState() method). The
+// fencelock schema must be installed (migrations.Up); New does not check
+// it, the first call that needs it returns ErrSchemaMissing.
+func New(db *sql.DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, ErrNilDB
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	s := &Store{db: db, nonce: hex.EncodeToString(b[:])}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		}
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Begin implements guard.Store. Use it through guard.Exec. It records the
+// token (fencelock.advance, committed on its own; skipped when this Store
+// has already seen the token stored), then BEGINs a READ COMMITTED
+// transaction and checks the token, the key and that the transaction may
+// write (fencelock.open, no lock), so a stale token, an applied key or a
+// read-only database fails before fn runs. The transaction's Commit claims
+// the fence and records the key (fencelock.close), then COMMITs.
+func (s *Store) Begin(ctx context.Context, c guard.Claim) (guard.Txn[*sql.Tx], error) {
+	t, err := s.begin(ctx, c, runOp{})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// runOp is what a transaction does to a resumable run: none (key ""),
+// move its cursor, or finish it.
+type runOp struct {
+	key    string
+	cursor string
+	finish bool
+}
+
+// The statements, parameterized. database/sql gives fn a *sql.Tx only
+// through BeginTx, which sends BEGIN on its own, and commits only through
+// Tx.Commit, which sends COMMIT on its own: the check and the claim cannot
+// ride in those round trips, so each is one statement of its own, right
+// after BEGIN and right before COMMIT.
+const (
+	advanceSQL = "SELECT fencelock.advance($1, $2, $3)"
+	// openSQL checks (open), reads whether the transaction may write, and
+	// marks the transaction with the Store's nonce for the commit; the
+	// timeouts, when set, ride along (set_config local = SET LOCAL).
+	openSQL = "SELECT fencelock.open($1, $2, $3, $4, $5), current_setting('transaction_read_only'), set_config('sqlfence.tx', $6, true)"
+	// closeSQL claims, records the key and the run, but only in the
+	// transaction open marked: after a COMMIT or ROLLBACK sent by fn
+	// through the Tx, the statement would run in a transaction of its own
+	// (and commit a claim nobody checked); there the mark reads '' and
+	// close does not run.
+	closeSQL = "SELECT fencelock.close($1, $2, $3, $4, $5, $6, $7) WHERE current_setting('sqlfence.tx', true) = $8"
+)
+
+func (s *Store) openQuery() string {
+	q := openSQL
+	if s.lockTimeout > 0 {
+		q += ", set_config('lock_timeout', '" + strconv.FormatInt(s.lockTimeout.Milliseconds(), 10) + "', true)"
+	}
+	if s.idleTimeout > 0 {
+		q += ", set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(s.idleTimeout.Milliseconds(), 10) + "', true)"
+	}
+	return q
+}
+
+// begin opens a checked transaction. Why advance runs on its own before
+// BEGIN, and why the claim waits for the commit, is the same as in
+// pgfence: the token is recorded before fn reads anything (an older holder
+// that read before it froze cannot commit over what this one reads), and
+// the fence row is locked only while advance or the commit runs (a holder
+// frozen in the middle of fn holds up no one). Every commit checks its
+// token under the fence row lock in the committing transaction, so
+// committed tokens per resource never decrease in commit order.
+func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, error) {
+	if err := checkClaim(c); err != nil {
+		return nil, err
+	}
+	if !s.adv.has(c.Resource, c.Token, c.Holder) {
+		if _, err := s.db.ExecContext(ctx, advanceSQL, c.Resource, c.Token, c.Holder); err != nil {
+			return nil, mapError(err)
+		}
+		s.adv.add(c.Resource, c.Token, c.Holder)
+	}
+
+	// The transaction lives on a context of its own: database/sql rolls a
+	// transaction back the moment its BeginTx context ends, and pgx's
+	// driver sends COMMIT with that context. Exec cancels fn's context when
+	// the lease is lost, but a commit already on its way must not be cut
+	// (its outcome would become unknown), so the transaction is tied to
+	// ctx only while it begins, and to Commit's and Rollback's contexts
+	// while those run.
+	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	tx, err := s.db.BeginTx(txCtx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		stop()
+		cancel()
+		return nil, s.beginError(ctx, err)
+	}
+	t := &txn{tx: tx, cancel: cancel, args: closeArgs(c, run)}
+	t.args = append(t.args, s.nonce+"-"+strconv.FormatUint(s.serial.Add(1), 10))
+	var readOnly string
+	err = tx.QueryRowContext(ctx, s.openQuery(), c.Resource, c.Token, c.Holder,
+		nullable(c.Key), nullable(run.openKey()), t.args[7]).Scan(new(sql.NullInt64), &readOnly, new(string))
+	if !stop() {
+		// ctx ended while the transaction began: database/sql rolls it back.
+		err = context.Cause(ctx)
+	}
+	if err == nil && readOnly == "on" {
+		err = fmt.Errorf("%w (resource %q)", ErrReadOnly, c.Resource)
+	}
+	if err != nil {
+		t.abort(ctx)
+		return nil, s.beginError(ctx, err)
+	}
+	return t, nil
+}
+
+// beginError maps err; an error caused by ctx ending says so.
+func (s *Store) beginError(ctx context.Context, err error) error {
+	if cerr := context.Cause(ctx); cerr != nil && !isPostgres(err) {
+		return fmt.Errorf("sqlfence: begin: %w", cerr)
+	}
+	return mapError(err)
+}
+
+// openKey is the run key open checks: only a step's (finishing a finished
+// run is a no-op, not an error).
+func (r runOp) openKey() string {
+	if r.finish {
+		return ""
+	}
+	return r.key
+}
+
+// closeArgs are the arguments $1..$7 of closeSQL.
+func closeArgs(c guard.Claim, run runOp) []any {
+	args := []any{c.Resource, c.Token, c.Holder, nullable(c.Key), nullable(run.key), nil, run.finish}
+	if run.key != "" && !run.finish {
+		args[5] = run.cursor
+	}
+	return args
+}
+
+// nullable is s, or NULL for "".
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// Length limits, checked before anything is sent. The resource and the
+// key share one btree entry of fencelock.applied, whose limit is about
+// 2.7 kB; a lock name is at most fence.MaxNameLen (512) bytes.
+const (
+	MaxResourceLen = 512
+	MaxHolderLen   = 512
+	MaxKeyLen      = 1024
+)
+
+// checkClaim rejects what guard.NewClaim rejects, for callers that build
+// a Claim by hand, strings Postgres text cannot hold and strings over
+// their limit.
+func checkClaim(c guard.Claim) error {
+	switch {
+	case c.Resource == "":
+		return fmt.Errorf("%w: empty resource name", guard.ErrInvalidLease)
+	case c.Token <= 0:
+		return fmt.Errorf("%w: token must be > 0, got %d", guard.ErrInvalidLease, c.Token)
+	case c.Holder == "":
+		return fmt.Errorf("%w: empty holder", guard.ErrInvalidLease)
+	}
+	for _, f := range []struct {
+		what string
+		s    string
+		max  int
+	}{{"resource", c.Resource, MaxResourceLen}, {"holder", c.Holder, MaxHolderLen}, {"idempotency key", c.Key, MaxKeyLen}} {
+		if err := checkText(f.what, f.s, f.max); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkText rejects strings that Postgres text cannot hold, and strings
+// longer than limit bytes.
+func checkText(what, s string, limit int) error {
+	if len(s) > limit {
+		return fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrInvalidInput, what, len(s), limit)
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalidInput, what)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidInput, what)
+	}
+	return nil
+}
