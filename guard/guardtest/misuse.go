@@ -52,38 +52,63 @@ func (s *suite[Tx]) misuseTxCommit(t *testing.T) {
 	s.stillWorks(t, store, res, table)
 }
 
-// fn sends COMMIT or ROLLBACK as SQL through its transaction.
+// fn sends COMMIT or ROLLBACK as SQL through its transaction, with or
+// without a newer holder committing in between. If the statement went
+// through, the transaction Exec opened is gone (its writes committed
+// without the fence check at commit, or rolled back): Exec must say so
+// with guard.ErrTxEnded, never succeed and never report a plain refusal.
+// A store that refuses the statement keeps its transaction and goes on as
+// usual.
 func (s *suite[Tx]) misuseRawCommit(t *testing.T) {
 	for _, stmt := range []string{"COMMIT", "ROLLBACK"} {
-		t.Run(stmt, func(t *testing.T) {
-			res, table := s.fresh(t)
-			ctx := ctxFor(t)
-			store := s.db.NewStore(t)
-			_, err := guard.Exec(ctx, store, Lease{res, 1, "a"}, func(ctx context.Context, tx Tx) error {
-				if err := s.insert(table, "a", 2, nil)(ctx, tx); err != nil {
-					return err
-				}
-				_ = s.db.TxExec(ctx, tx, stmt)
-				return nil
-			}, guard.WithKey("k"))
-			rows := s.rows(t, table, "a")
-			if err == nil {
-				// Only a store that refused the statement may succeed, and
-				// then everything is committed, once.
-				if rows != 2 || !s.keyRecorded(t, res, "k") {
-					t.Fatalf("Exec returned nil after fn sent %s, with %d rows visible and key recorded %v", stmt, rows, s.keyRecorded(t, res, "k"))
-				}
-			} else {
-				if !errors.Is(err, guard.ErrTxEnded) {
-					t.Fatalf("fn sent %s: want guard.ErrTxEnded, got %v (rows visible: %d)", stmt, err, rows)
-				}
-				oneLine(t, err)
-				if s.keyRecorded(t, res, "k") {
-					t.Error("the key was recorded without the fence check")
-				}
+		for _, overtaken := range []bool{false, true} {
+			name := stmt
+			if overtaken {
+				name += "/overtaken"
 			}
-			s.stillWorks(t, store, res, table)
-		})
+			t.Run(name, func(t *testing.T) {
+				res, table := s.fresh(t)
+				ctx := ctxFor(t)
+				store, newer := s.db.NewStore(t), s.db.NewStore(t)
+				l := Lease{res, 1, "a"}
+				var stmtErr error
+				_, err := guard.Exec(ctx, store, l, func(ctx context.Context, tx Tx) error {
+					if err := s.insert(table, "a", 2, nil)(ctx, tx); err != nil {
+						return err
+					}
+					if overtaken {
+						if _, err := guard.Exec(ctx, newer, Lease{res, 2, "b"}, s.insert(table, "b", 1, nil)); err != nil {
+							return err
+						}
+					}
+					stmtErr = s.db.TxExec(ctx, tx, stmt)
+					return nil
+				}, guard.WithKey("k"))
+				rows := s.rows(t, table, "a")
+				switch {
+				case stmtErr == nil:
+					if !errors.Is(err, guard.ErrTxEnded) || errors.Is(err, guard.ErrStaleToken) {
+						t.Fatalf("fn's %s went through (rows visible: %d): want guard.ErrTxEnded and no refusal, got %v", stmt, rows, err)
+					}
+					oneLine(t, err)
+					if s.keyRecorded(t, res, "k") {
+						t.Error("the key was recorded without the fence check")
+					}
+				case overtaken:
+					wantStale(t, err, l, 2)
+					if rows != 0 {
+						t.Errorf("the overtaken holder committed %d rows", rows)
+					}
+				default:
+					if err != nil || rows != 2 || !s.keyRecorded(t, res, "k") {
+						t.Errorf("the store refused fn's %s (%v), then: err %v, rows %d; want nil, 2, key recorded", stmt, stmtErr, err, rows)
+					}
+				}
+				if !overtaken {
+					s.stillWorks(t, store, res, table)
+				}
+			})
+		}
 	}
 }
 
