@@ -3,6 +3,7 @@ package guardtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -291,5 +292,47 @@ func (s *suite[Tx]) resumableRun(t *testing.T) {
 	}
 	if a, b := s.rows(t, table, "a"), s.rows(t, table, "b"); a != 2 || b != 1 {
 		t.Errorf("rows a=%d b=%d, want 2 and 1", a, b)
+	}
+}
+
+// A newer holder's transaction that has begun (and read) refuses an older
+// holder's commit at once, before the newer one writes or commits: the
+// token is recorded when the transaction begins, so a read-modify-write
+// cannot lose an update to a holder that was already overtaken.
+func (s *suite[Tx]) newerBeginRefusesOlder(t *testing.T) {
+	res, table := s.fresh(t)
+	ctx := ctxFor(t)
+	s.exec(t, "INSERT INTO "+table+" VALUES ('counter', '0')")
+	older, newer := s.db.NewStore(t), s.db.NewStore(t)
+	bump := func(ctx context.Context, tx Tx) error {
+		return s.db.TxExec(ctx, tx, "UPDATE "+table+" SET writer = (writer::int + 1)::text WHERE sku = 'counter'")
+	}
+	if _, err := guard.Exec(ctx, older, Lease{res, 1, "a"}, bump); err != nil {
+		t.Fatal(err)
+	}
+	read, olderDone := make(chan struct{}), make(chan struct{})
+	newerErr := make(chan error, 1)
+	go func() {
+		_, err := guard.Exec(ctx, newer, Lease{res, 2, "b"}, func(ctx context.Context, tx Tx) error {
+			v, err := s.db.TxQueryInt(ctx, tx, "SELECT writer::bigint FROM "+table+" WHERE sku = 'counter'")
+			close(read)
+			if err != nil {
+				return err
+			}
+			<-olderDone
+			return s.db.TxExec(ctx, tx, "UPDATE "+table+" SET writer = $1 WHERE sku = 'counter'", fmt.Sprint(v+1))
+		})
+		newerErr <- err
+	}()
+	<-read
+	l := Lease{res, 1, "a"}
+	_, err := guard.Exec(ctx, older, l, bump)
+	close(olderDone)
+	if err := <-newerErr; err != nil {
+		t.Fatalf("the newer holder: %v", err)
+	}
+	wantStale(t, err, l, 2)
+	if n := s.count(t, "SELECT writer::bigint FROM "+table+" WHERE sku = 'counter'"); n != 2 {
+		t.Errorf("counter = %d, want 2 (an update was lost)", n)
 	}
 }

@@ -35,6 +35,7 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"CommitsAndRecordsToken", s.commits},
 		{"StaleTokenRejected", s.staleRejected},
 		{"OvertakenMidTransaction", s.overtaken},
+		{"NewerBeginRefusesOlder", s.newerBeginRefusesOlder},
 		{"EqualTokenOtherHolder", s.equalToken},
 		{"KeyDedupe", s.keyDedupe},
 		{"KeyDedupeConcurrent", s.keyDedupeConcurrent},
