@@ -1,0 +1,67 @@
+package pgfence_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestContract runs guard's store contract (package guardtest) on pgfence
+// over a pool.
+func TestContract(t *testing.T) {
+	guardtest.Run(t, guardtest.Harness[pgx.Tx]{
+		Open: func(t testing.TB) guardtest.Database[pgx.Tx] {
+			db := newDB(t)
+			return pgxDatabase{url: db.URL, pool: db.Pool}
+		},
+		Run: func(s guard.Store[pgx.Tx], l guard.Lease, key string) guardtest.Runner[pgx.Tx] {
+			return s.(*pgfence.Store).Run(l, key)
+		},
+		ErrReadOnly:     pgfence.ErrReadOnly,
+		ErrRunFinished:  pgfence.ErrRunFinished,
+		ErrInvalidInput: pgfence.ErrInvalidInput,
+	})
+}
+
+// pgxDatabase is guardtest's view of a test database through pgx.
+type pgxDatabase struct {
+	url  string
+	pool *pgxpool.Pool
+}
+
+func (d pgxDatabase) NewStore(t testing.TB) guard.Store[pgx.Tx] {
+	t.Helper()
+	p, err := pgxpool.New(context.Background(), d.url)
+	if err != nil {
+		t.Fatalf("pgxpool.New: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return newStore(t, p)
+}
+
+func (d pgxDatabase) Exec(ctx context.Context, sql string, args ...any) error {
+	_, err := d.pool.Exec(ctx, sql, args...)
+	return err
+}
+
+func (d pgxDatabase) QueryInt(ctx context.Context, sql string, args ...any) (n int64, err error) {
+	err = d.pool.QueryRow(ctx, sql, args...).Scan(&n)
+	return n, err
+}
+
+func (pgxDatabase) TxExec(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
+	_, err := tx.Exec(ctx, sql, args...)
+	return err
+}
+
+func (pgxDatabase) TxQueryInt(ctx context.Context, tx pgx.Tx, sql string, args ...any) (n int64, err error) {
+	err = tx.QueryRow(ctx, sql, args...).Scan(&n)
+	return n, err
+}
+
+func (pgxDatabase) TxCommit(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }
