@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
-	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
@@ -75,7 +74,16 @@ func count(t testing.TB, db *sql.DB, q string, args ...any) int64 {
 	return n
 }
 
-type lease = guardtest.Lease
+// lease is a fixed lease: what a lock looks like to guard.
+type lease struct {
+	name   string
+	token  int64
+	holder string
+}
+
+func (l lease) Name() string   { return l.name }
+func (l lease) Token() int64   { return l.token }
+func (l lease) Holder() string { return l.holder }
 
 // insert returns an fn that writes one stock row as writer.
 func insert(writer string) func(ctx context.Context, tx *sql.Tx) error {

@@ -30,6 +30,10 @@ type Store struct {
 	// adv lets a transaction skip advance when this Store has already
 	// seen its claim stored.
 	adv advanced
+	// open is the check statement, with the timeouts.
+	open string
+	// openColumns is the number of columns openQuery returns.
+	openColumns int
 	// nonce marks the transactions this Store opens (see txn.Commit).
 	nonce  string
 	serial atomic.Uint64
@@ -54,6 +58,13 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		if err := o(s); err != nil {
 			return nil, err
 		}
+	}
+	s.open, s.openColumns = s.openQuery(), 3
+	if s.lockTimeout > 0 {
+		s.openColumns++
+	}
+	if s.idleTimeout > 0 {
+		s.openColumns++
 	}
 	return s, nil
 }
@@ -100,6 +111,7 @@ const (
 	closeSQL = "SELECT fencelock.close($1, $2, $3, $4, $5, $6, $7) WHERE current_setting('sqlfence.tx', true) = $8"
 )
 
+// openQuery is openSQL with the Store's timeouts (built once, by New).
 func (s *Store) openQuery() string {
 	q := openSQL
 	if s.lockTimeout > 0 {
@@ -148,8 +160,9 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, erro
 	t := &txn{tx: tx, cancel: cancel, args: closeArgs(c, run)}
 	t.args = append(t.args, s.nonce+"-"+strconv.FormatUint(s.serial.Add(1), 10))
 	var readOnly string
-	err = tx.QueryRowContext(ctx, s.openQuery(), c.Resource, c.Token, c.Holder,
-		nullable(c.Key), nullable(run.openKey()), t.args[7]).Scan(new(sql.NullInt64), &readOnly, new(string))
+	dest := []any{new(sql.NullInt64), &readOnly, new(string), new(string), new(string)}
+	err = tx.QueryRowContext(ctx, s.open, c.Resource, c.Token, c.Holder,
+		nullable(c.Key), nullable(run.openKey()), t.args[7]).Scan(dest[:s.openColumns]...)
 	if !stop() {
 		// ctx ended while the transaction began: database/sql rolls it back.
 		err = context.Cause(ctx)
