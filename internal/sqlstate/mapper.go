@@ -69,6 +69,12 @@ func (m *Mapper) Map(err error) error {
 		return wrap(m.FenceBusy, err)
 	case ReadOnly:
 		return wrap(m.ReadOnly, err)
+	case FeatureNotSupported:
+		// A hot standby refuses BEGIN READ WRITE (lib/pq sends it) with
+		// "cannot set transaction read-write mode during recovery".
+		if strings.Contains(e.Message, "during recovery") {
+			return wrap(m.ReadOnly, err)
+		}
 	case InvalidParameter:
 		if strings.HasPrefix(e.Message, "fencelock:") {
 			return wrap(m.InvalidInput, err)

@@ -18,12 +18,13 @@ const (
 	Applied    = "FL003" // idempotency key already applied
 	Finished   = "FL004" // resumable run finished
 
-	InvalidParameter = "22023" // invalid_parameter_value, bad argument to a fencelock function
-	ReadOnly         = "25006" // read_only_sql_transaction
-	LockNotAvailable = "55P03" // lock_timeout expired
-	InvalidSchema    = "3F000" // invalid_schema_name
-	UndefinedFunc    = "42883" // undefined_function
-	UndefinedTable   = "42P01" // undefined_table
+	InvalidParameter    = "22023" // invalid_parameter_value, bad argument to a fencelock function
+	ReadOnly            = "25006" // read_only_sql_transaction
+	FeatureNotSupported = "0A000" // feature_not_supported (a hot standby refusing a read-write transaction)
+	LockNotAvailable    = "55P03" // lock_timeout expired
+	InvalidSchema       = "3F000" // invalid_schema_name
+	UndefinedFunc       = "42883" // undefined_function
+	UndefinedTable      = "42P01" // undefined_table
 )
 
 // Error is what a store reads of a Postgres error.
