@@ -102,7 +102,12 @@ const (
 	// openSQL checks (open), reads whether the transaction may write, and
 	// marks the transaction with the Store's nonce for the commit; the
 	// timeouts, when set, ride along (set_config local = SET LOCAL).
-	openSQL = "SELECT fencelock.open($1, $2, $3, $4, $5), current_setting('transaction_read_only'), set_config('sqlfence.tx', $6, true)"
+	openSQL = "SELECT fencelock.open($1, $2, $3, $4, $5), " + readOnlySQL + ", set_config('sqlfence.tx', $6, true)"
+	// readOnlySQL is 'on' when the database does not accept writes: the
+	// transaction is read-only (a hot standby, or the default), or the
+	// default says so while the driver began READ WRITE explicitly (lib/pq
+	// always does): the database's setting is honoured either way.
+	readOnlySQL = "CASE WHEN current_setting('transaction_read_only') = 'on' OR current_setting('default_transaction_read_only') = 'on' THEN 'on' ELSE 'off' END"
 	// closeSQL claims, records the key and the run, but only in the
 	// transaction open marked: after a COMMIT or ROLLBACK sent by fn
 	// through the Tx, the statement would run in a transaction of its own
