@@ -1,0 +1,70 @@
+// Package sqlfence is the database/sql backend of guard, for code that
+// writes to Postgres through sqlx, GORM, sqlc's database/sql output or
+// plain database/sql, with any driver (pgx's github.com/jackc/pgx/v5/stdlib
+// and github.com/lib/pq are tested): *[Store] implements
+// guard.Store[*sql.Tx], so
+//
+//	store, err := sqlfence.New(db) // db *sql.DB
+//	...
+//	_, err = guard.Exec(ctx, store, lock, func(ctx context.Context, tx *sql.Tx) error {
+//		_, err := tx.ExecContext(ctx, "INSERT INTO stock ...")
+//		return err
+//	}, guard.WithKey("batch-7"))
+//
+// It keeps pgfence's semantics, with the same fencelock SQL functions and
+// the same errors: a stale token is a *guard.StaleTokenError, an applied
+// key guard.ErrAlreadyApplied, a finished run [ErrRunFinished], a
+// read-only database [ErrReadOnly], whatever the driver (errors are
+// recognised by SQLSTATE). Both stores pass guard's contract suite
+// (package guard/guardtest).
+//
+// # The transaction
+//
+// READ COMMITTED. database/sql sends BEGIN and COMMIT on its own (fn's
+// *sql.Tx can come only from BeginTx, and commits only through Commit), so
+// the fence costs two statements over a plain transaction, one after BEGIN
+// and one before COMMIT, each a round trip:
+//
+//   - fencelock.advance, on its own before BEGIN, the first time this
+//     Store sees a token (it records the token at once: an older holder
+//     can no longer commit over what fn reads; a stale token fails here);
+//   - BEGIN, then fencelock.open, which locks nothing: a stale token, an
+//     applied key, a finished run or a read-only database
+//     (transaction_read_only or default_transaction_read_only on) fail
+//     there, before fn runs;
+//   - fn;
+//   - fencelock.close, which claims the fence under its row lock, records
+//     the key and the run's cursor, then COMMIT.
+//
+// A plain one-row write is BEGIN, INSERT, COMMIT: 3 round trips; guarded
+// it is 5, and 6 for a token the Store has not seen yet (counted on the
+// wire in TestRoundTrips). The bench's sqlfence row gives the time ratio.
+//
+// # What fn must not do, and what happens if it does
+//
+// fn gets a plain *sql.Tx; its Commit and Rollback cannot be intercepted.
+// If fn commits or rolls back (through the *sql.Tx, or by sending COMMIT
+// or ROLLBACK as SQL), the transaction the fence checked is gone: Exec
+// finds out before it claims (the claim runs only inside the transaction
+// the check marked) and returns an error wrapping guard.ErrTxEnded, which
+// says fn's writes may have committed without the fence check; it never
+// reports such a transaction as refused. To roll back, return an error
+// from fn.
+//
+// A commit whose connection breaks while COMMIT is in flight has an
+// unknown outcome: guard.ErrUnknownOutcome (use guard.WithKey: a retry
+// then tells, with guard.ErrAlreadyApplied).
+//
+// # Also here
+//
+//   - [Store.Advance] claims right after acquiring;
+//   - [Store.Run]: resumable runs, a long batch in fenced steps;
+//   - [Store.Prune] deletes old idempotency keys and finished runs;
+//   - [MapError] translates the fencelock SQLSTATEs of raw SQL, through
+//     any driver, into the errors of guard and this package.
+//
+// Tables protected with pgfence's Protect accept writes through sqlfence
+// (the check sets the claim their trigger reads). The fencelock schema
+// must be installed first (package migrations); without it every call
+// returns [ErrSchemaMissing].
+package sqlfence
