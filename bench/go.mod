@@ -9,6 +9,7 @@ require (
 	github.com/fencelock/fencelock v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/jackc/pgx/v5 v5.13.0
+	github.com/lib/pq v1.12.3
 	github.com/redis/go-redis/v9 v9.23.0
 	golang.org/x/sys v0.50.0
 )

@@ -205,6 +205,7 @@ func run(ctx context.Context, cfg config, pin bool, cpuprofile string, log io.Wr
 		{"contended", runContended},
 		{"renewal", runRenewal},
 		{"guard", runGuard},
+		{"sqlfence", runSQLFence},
 		{"sync", runSync},
 	} {
 		if !cfg.wants(s.name) {

@@ -324,6 +324,10 @@ func printHeadline(w io.Writer, r *results) {
 		fmt.Fprintf(w, "| guard.Exec / plain tx (direct; 1 ms proxy) | %s; %s | | |\n",
 			fmtNum(s.Ratios["guarded/plain direct"]), fmtNum(s.Ratios["guarded/plain proxied 1ms each way"]))
 	}
+	if s, ok := r.Scenarios["sqlfence"]; ok {
+		fmt.Fprintf(w, "| sqlfence guard.Exec / plain database/sql tx (pgx; lib/pq) | %s; %s | | |\n",
+			fmtNum(s.Ratios["guarded/plain pgx"]), fmtNum(s.Ratios["guarded/plain postgres"]))
+	}
 	if s, ok := r.Scenarios["sync"]; ok {
 		fmt.Fprintf(w, "| stock sync rows/s, guard on / off | %s | | |\n", fmtNum(s.Ratios["on/off"]))
 	}
