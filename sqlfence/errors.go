@@ -21,9 +21,9 @@ var (
 	// Run's methods when the database does not accept writes: the
 	// transaction is read-only because of default_transaction_read_only
 	// (set on the database, the role or the session) or because the server
-	// is a hot standby. fn did not run and nothing was written; point the
-	// DB at the primary, or turn the setting off.
-	ErrReadOnly = errors.New("sqlfence: database is read-only (transaction_read_only is on: default_transaction_read_only, or a hot standby): nothing was written; connect to the primary or turn the setting off")
+	// is a hot standby. fn did not run and nothing was written; the
+	// message names the setting.
+	ErrReadOnly = errors.New("sqlfence: the database is read-only")
 
 	// ErrNotClaimed is returned when a write to a table protected with
 	// pgfence's Protect comes from a transaction that has neither claimed

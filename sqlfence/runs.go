@@ -33,7 +33,10 @@ func (r *Run) check() (guard.Claim, error) {
 	if r.key == "" {
 		return c, fmt.Errorf("%w: empty run key: name the batch, e.g. \"stock-sync-2026-11-30\"", ErrInvalidInput)
 	}
-	if err := checkText("run key", r.key, MaxKeyLen); err != nil {
+	if err := checkLen("run key", r.key, MaxKeyLen, ErrInvalidInput); err != nil {
+		return c, err
+	}
+	if err := checkText("run key", r.key); err != nil {
 		return c, err
 	}
 	return c, checkClaim(c)
@@ -65,7 +68,10 @@ func (r *Run) Step(ctx context.Context, newCursor string, fn func(ctx context.Co
 	if _, err := r.check(); err != nil {
 		return err
 	}
-	if err := checkText("cursor", newCursor, maxCursorLen); err != nil {
+	if err := checkLen("cursor", newCursor, maxCursorLen, ErrInvalidInput); err != nil {
+		return err
+	}
+	if err := checkText("cursor", newCursor); err != nil {
 		return err
 	}
 	if fn == nil {

@@ -107,7 +107,7 @@ const (
 	// transaction is read-only (a hot standby, or the default), or the
 	// default says so while the driver began READ WRITE explicitly (lib/pq
 	// always does): the database's setting is honoured either way.
-	readOnlySQL = "CASE WHEN current_setting('transaction_read_only') = 'on' OR current_setting('default_transaction_read_only') = 'on' THEN 'on' ELSE 'off' END"
+	readOnlySQL = "CASE WHEN pg_is_in_recovery() THEN 'standby' WHEN current_setting('default_transaction_read_only') = 'on' THEN 'default' WHEN current_setting('transaction_read_only') = 'on' THEN 'transaction' ELSE '' END"
 	// closeSQL claims, records the key and the run, but only in the
 	// transaction open marked: after a COMMIT or ROLLBACK sent by fn
 	// through the Tx, the statement would run in a transaction of its own
@@ -172,14 +172,25 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, erro
 		// ctx ended while the transaction began: database/sql rolls it back.
 		err = context.Cause(ctx)
 	}
-	if err == nil && readOnly == "on" {
-		err = fmt.Errorf("%w (resource %q)", ErrReadOnly, c.Resource)
+	if err == nil && readOnly != "" {
+		err = readOnlyError(readOnly)
 	}
 	if err != nil {
 		t.abort(ctx)
 		return nil, s.beginError(ctx, err)
 	}
 	return t, nil
+}
+
+// readOnlyError says why the database does not accept writes.
+func readOnlyError(why string) error {
+	switch why {
+	case "standby":
+		return fmt.Errorf("%w: the server is a hot standby (pg_is_in_recovery() is true): fn did not run, nothing was written; connect to the primary", ErrReadOnly)
+	case "default":
+		return fmt.Errorf("%w: default_transaction_read_only is on (set for the database, the role or the session): fn did not run, nothing was written; turn it off or connect to a writable database", ErrReadOnly)
+	}
+	return fmt.Errorf("%w (transaction_read_only is on): fn did not run, nothing was written", ErrReadOnly)
 }
 
 // beginError maps err; an error caused by ctx ending says so.
@@ -216,18 +227,27 @@ func nullable(s string) any {
 	return s
 }
 
-// Length limits, checked before anything is sent. The resource and the
-// key share one btree entry of fencelock.applied, whose limit is about
-// 2.7 kB; a lock name is at most fence.MaxNameLen (512) bytes.
+// Length limits, checked before anything is sent; the same as pgfence's.
+// The resource is the fence table's primary key, and (resource, key) and
+// (resource, run key) are the primary keys of the applied keys and of the
+// runs: a btree entry must fit in a third of a page (2,704 bytes on 8 kB
+// pages), so each part is capped at 1 KiB. fence caps lock names and
+// holder ids at 512 bytes (fence.MaxNameLen), well within these.
 const (
-	MaxResourceLen = 512
-	MaxHolderLen   = 512
-	MaxKeyLen      = 1024
+	// MaxResourceLen is the longest resource (lease name) accepted, in
+	// bytes.
+	MaxResourceLen = 1024
+	// MaxHolderLen is the longest holder accepted, in bytes.
+	MaxHolderLen = 1024
+	// MaxKeyLen is the longest idempotency key (guard.WithKey) and run key
+	// (Store.Run) accepted, in bytes.
+	MaxKeyLen = 1024
 )
 
 // checkClaim rejects what guard.NewClaim rejects, for callers that build
 // a Claim by hand, strings Postgres text cannot hold and strings over
-// their limit.
+// their limit: all before any round trip, so bad input writes nothing,
+// not even the fence row.
 func checkClaim(c guard.Claim) error {
 	switch {
 	case c.Resource == "":
@@ -241,20 +261,33 @@ func checkClaim(c guard.Claim) error {
 		what string
 		s    string
 		max  int
-	}{{"resource", c.Resource, MaxResourceLen}, {"holder", c.Holder, MaxHolderLen}, {"idempotency key", c.Key, MaxKeyLen}} {
-		if err := checkText(f.what, f.s, f.max); err != nil {
+		kind error
+	}{
+		{"resource name", c.Resource, MaxResourceLen, guard.ErrInvalidLease},
+		{"holder", c.Holder, MaxHolderLen, guard.ErrInvalidLease},
+		{"idempotency key", c.Key, MaxKeyLen, guard.ErrInvalidOption},
+	} {
+		if err := checkLen(f.what, f.s, f.max, f.kind); err != nil {
+			return err
+		}
+		if err := checkText(f.what, f.s); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkText rejects strings that Postgres text cannot hold, and strings
-// longer than limit bytes.
-func checkText(what, s string, limit int) error {
-	if len(s) > limit {
-		return fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrInvalidInput, what, len(s), limit)
+// checkLen rejects s longer than max bytes; the error matches
+// ErrInvalidInput and kind.
+func checkLen(what, s string, max int, kind error) error {
+	if len(s) <= max {
+		return nil
 	}
+	return fmt.Errorf("%w: %w: %s is %d bytes, at most %d are accepted (it is part of a btree key): use a shorter one, e.g. a hash of it", ErrInvalidInput, kind, what, len(s), max)
+}
+
+// checkText rejects strings that Postgres text cannot hold.
+func checkText(what, s string) error {
 	if strings.IndexByte(s, 0) >= 0 {
 		return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalidInput, what)
 	}

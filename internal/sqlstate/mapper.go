@@ -68,12 +68,14 @@ func (m *Mapper) Map(err error) error {
 	case LockNotAvailable:
 		return wrap(m.FenceBusy, err)
 	case ReadOnly:
-		return wrap(m.ReadOnly, err)
+		if m.ReadOnly != nil {
+			return fmt.Errorf("%w (transaction_read_only is on): nothing was written: %w", m.ReadOnly, err)
+		}
 	case FeatureNotSupported:
 		// A hot standby refuses BEGIN READ WRITE (lib/pq sends it) with
 		// "cannot set transaction read-write mode during recovery".
-		if strings.Contains(e.Message, "during recovery") {
-			return wrap(m.ReadOnly, err)
+		if strings.Contains(e.Message, "during recovery") && m.ReadOnly != nil {
+			return fmt.Errorf("%w: the server is a hot standby: nothing was written: %w", m.ReadOnly, err)
 		}
 	case InvalidParameter:
 		if strings.HasPrefix(e.Message, "fencelock:") {
