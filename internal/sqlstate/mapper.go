@@ -82,8 +82,8 @@ func (m *Mapper) Map(err error) error {
 			return wrap(m.InvalidInput, err)
 		}
 	case InvalidSchema, UndefinedFunc, UndefinedTable:
-		if strings.Contains(e.Message, "fencelock") {
-			return wrap(m.SchemaMissing, err)
+		if strings.Contains(e.Message, "fencelock") && m.SchemaMissing != nil {
+			return fmt.Errorf("%w (%w)", m.SchemaMissing, err)
 		}
 	}
 	return err
