@@ -102,28 +102,28 @@ const (
 	// openSQL checks (open), reads whether the transaction may write, and
 	// marks the transaction with the Store's nonce for the commit; the
 	// timeouts, when set, ride along (set_config local = SET LOCAL).
-	openSQL = "SELECT fencelock.open($1, $2, $3, $4, $5), " + readOnlySQL + ", set_config('sqlfence.tx', $6, true)"
+	openSQL = "SELECT fencelock.open($1, $2, $3, $4, $5), " + readOnlySQL + ", pg_catalog.set_config('sqlfence.tx', $6, true)"
 	// readOnlySQL is 'on' when the database does not accept writes: the
 	// transaction is read-only (a hot standby, or the default), or the
 	// default says so while the driver began READ WRITE explicitly (lib/pq
 	// always does): the database's setting is honoured either way.
-	readOnlySQL = "CASE WHEN pg_is_in_recovery() THEN 'standby' WHEN current_setting('default_transaction_read_only') = 'on' THEN 'default' WHEN current_setting('transaction_read_only') = 'on' THEN 'transaction' ELSE '' END"
+	readOnlySQL = "CASE WHEN pg_catalog.pg_is_in_recovery() THEN 'standby' WHEN pg_catalog.current_setting('default_transaction_read_only') = 'on' THEN 'default' WHEN pg_catalog.current_setting('transaction_read_only') = 'on' THEN 'transaction' ELSE '' END"
 	// closeSQL claims, records the key and the run, but only in the
 	// transaction open marked: after a COMMIT or ROLLBACK sent by fn
 	// through the Tx, the statement would run in a transaction of its own
 	// (and commit a claim nobody checked); there the mark reads '' and
 	// close does not run.
-	closeSQL = "SELECT fencelock.close($1, $2, $3, $4, $5, $6, $7) WHERE current_setting('sqlfence.tx', true) = $8"
+	closeSQL = "SELECT fencelock.close($1, $2, $3, $4, $5, $6, $7) WHERE pg_catalog.current_setting('sqlfence.tx', true) = $8"
 )
 
 // openQuery is openSQL with the Store's timeouts (built once, by New).
 func (s *Store) openQuery() string {
 	q := openSQL
 	if s.lockTimeout > 0 {
-		q += ", set_config('lock_timeout', '" + strconv.FormatInt(s.lockTimeout.Milliseconds(), 10) + "', true)"
+		q += ", pg_catalog.set_config('lock_timeout', '" + strconv.FormatInt(s.lockTimeout.Milliseconds(), 10) + "', true)"
 	}
 	if s.idleTimeout > 0 {
-		q += ", set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(s.idleTimeout.Milliseconds(), 10) + "', true)"
+		q += ", pg_catalog.set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(s.idleTimeout.Milliseconds(), 10) + "', true)"
 	}
 	return q
 }
