@@ -16,10 +16,7 @@ func (s *Store) Prune(ctx context.Context, olderThan time.Duration) (int64, erro
 		return 0, fmt.Errorf("%w: Prune: negative age %v", ErrInvalidInput, olderThan)
 	}
 	var n int64
-	err := s.db.QueryRowContext(ctx, `
-WITH a AS (DELETE FROM fencelock.applied WHERE applied_at < now() - $1 * interval '1 microsecond' RETURNING 1),
-     r AS (DELETE FROM fencelock.runs WHERE finished AND finished_at < now() - $1 * interval '1 microsecond' RETURNING 1)
-SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM r)`, olderThan.Microseconds()).Scan(&n)
+	err := s.db.QueryRowContext(ctx, "SELECT fencelock.prune($1 * interval '1 microsecond')", olderThan.Microseconds()).Scan(&n)
 	if err != nil {
 		return 0, mapError(err)
 	}

@@ -49,7 +49,7 @@ func (r *Run) Resume(ctx context.Context) (cursor string, finished bool, err err
 	if err != nil {
 		return "", false, err
 	}
-	err = r.s.db.QueryRowContext(ctx, "SELECT cursor, finished FROM fencelock.runs WHERE resource = $1 AND run_key = $2",
+	err = r.s.db.QueryRowContext(ctx, "SELECT cursor, finished FROM fencelock.run_state($1, $2)",
 		c.Resource, r.key).Scan(&cursor, &finished)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil
