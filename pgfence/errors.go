@@ -2,22 +2,13 @@ package pgfence
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/sqlstate"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-)
-
-// SQLSTATEs raised by the fencelock functions (see migrations).
-const (
-	codeStale      = "FL001" // stale token
-	codeNotClaimed = "FL002" // protected table written without a claim
-	codeApplied    = "FL003" // idempotency key already applied
-	codeFinished   = "FL004" // resumable run finished
 )
 
 // MigrateCommand is the goose CLI command that installs the fencelock
@@ -77,60 +68,29 @@ var (
 	errUnexpected = errors.New("pgfence: unexpected answer from the server")
 )
 
-// mapError turns the errors raised by the fencelock SQL functions into the
-// errors of guard and pgfence. It is the one place that knows the
-// SQLSTATEs; everything that talks to the database passes its errors here.
-func mapError(err error) error {
-	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) {
-		return err
-	}
-	switch pgErr.Code {
-	case codeStale:
-		var d struct {
-			Resource string `json:"resource"`
-			Token    int64  `json:"token"`
-			Current  int64  `json:"current"`
-		}
-		if jerr := json.Unmarshal([]byte(pgErr.Detail), &d); jerr != nil {
-			// Still a stale token; the numbers are in the message.
-			return fmt.Errorf("%w: %w", guard.ErrStaleToken, err)
-		}
-		return &guard.StaleTokenError{Resource: d.Resource, Token: d.Token, Current: d.Current}
-	case codeApplied:
-		var d struct {
-			Resource string `json:"resource"`
-			Key      string `json:"key"`
-			Token    int64  `json:"token"`
-		}
-		if jerr := json.Unmarshal([]byte(pgErr.Detail), &d); jerr != nil {
-			return fmt.Errorf("%w: %w", guard.ErrAlreadyApplied, err)
-		}
-		return fmt.Errorf("%w: key %q of resource %q was applied by token %d; nothing was written", guard.ErrAlreadyApplied, d.Key, d.Resource, d.Token)
-	case codeFinished:
-		return fmt.Errorf("%w: %w", ErrRunFinished, err)
-	case codeNotClaimed:
-		return fmt.Errorf("%w: %w", ErrNotClaimed, err)
-	case "55P03": // lock_not_available: lock_timeout expired
-		return fmt.Errorf("%w: %w", ErrFenceBusy, err)
-	case "25006": // read_only_sql_transaction
-		return fmt.Errorf("%w (transaction_read_only is on): nothing was written: %w", ErrReadOnly, err)
-	case "22023": // invalid_parameter_value, raised by the claim functions
-		if strings.HasPrefix(pgErr.Message, "fencelock:") {
-			return fmt.Errorf("%w: %w", ErrInvalidInput, err)
-		}
-	case "3F000", "42883", "42P01": // invalid_schema_name, undefined_function, undefined_table
-		if strings.Contains(pgErr.Message, "fencelock") {
-			return fmt.Errorf("%w (%w)", ErrSchemaMissing, err)
-		}
-	}
-	return err
+// mapper maps the fencelock SQLSTATEs to guard's errors and this
+// package's, for pgx's error type and any other driver's alike (package
+// internal/sqlstate, shared with sqlfence: the one place that knows the
+// codes).
+var mapper = sqlstate.Mapper{
+	SchemaMissing: ErrSchemaMissing,
+	NotClaimed:    ErrNotClaimed,
+	RunFinished:   ErrRunFinished,
+	FenceBusy:     ErrFenceBusy,
+	InvalidInput:  ErrInvalidInput,
+	ReadOnly:      ErrReadOnly,
 }
 
+// mapError turns the errors raised by the fencelock SQL functions into the
+// errors of guard and pgfence; everything that talks to the database
+// passes its errors here.
+func mapError(err error) error { return mapper.Map(err) }
+
 // MapError translates an error from raw SQL that called the fencelock
-// functions (fencelock.claim, a protected table's trigger) into the errors
-// of guard and pgfence: FL001 becomes a *guard.StaleTokenError, FL002
-// ErrNotClaimed, and so on. Other errors are returned unchanged.
+// functions (fencelock.claim, a protected table's trigger), through any
+// Postgres driver (pgx, pgx's database/sql driver, lib/pq), into the
+// errors of guard and pgfence: FL001 becomes a *guard.StaleTokenError,
+// FL002 ErrNotClaimed, and so on. Other errors are returned unchanged.
 func MapError(err error) error { return mapError(err) }
 
 // isReadOnly reports whether err is Postgres refusing a write because the

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
+	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/assert"
@@ -30,8 +31,9 @@ func TestContractLibPQ(t *testing.T) {
 	})
 }
 
-// A stale write through lib/pq, by raw SQL and through sqlfence, is
-// errors.Is(err, guard.ErrStaleToken) with the figures.
+// A stale write through lib/pq, by raw SQL (mapped by sqlfence's or
+// pgfence's MapError) and through sqlfence, is errors.Is(err,
+// guard.ErrStaleToken) with the figures.
 func TestStaleThroughLibPQ(t *testing.T) {
 	url := newDB(t)
 	ctx := testCtx(t)
@@ -43,11 +45,12 @@ func TestStaleThroughLibPQ(t *testing.T) {
 	var pqErr *pq.Error
 	require.ErrorAs(t, err, &pqErr, "lib/pq's own error type")
 	assert.Equal(t, "FL001", pqErr.SQLState())
-	err = sqlfence.MapError(err)
-	assert.ErrorIs(t, err, guard.ErrStaleToken)
 	var se *guard.StaleTokenError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: 4, Current: 5}, *se)
+	for _, mapped := range []error{sqlfence.MapError(err), pgfence.MapError(err)} {
+		assert.ErrorIs(t, mapped, guard.ErrStaleToken)
+		require.ErrorAs(t, mapped, &se)
+		assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: 4, Current: 5}, *se)
+	}
 
 	s, err := sqlfence.New(db)
 	require.NoError(t, err)
