@@ -106,3 +106,59 @@ func TestChaosControl(t *testing.T) {
 	}
 	t.Fatalf("guard off under SIGSTOP beyond the lease: the checker found no violation in %d trials", maxTrials)
 }
+
+// TestChaosCluster is the short version of `make chaos`'s cluster run: each
+// cluster fault once (a master killed, stalled, lost with writes its replica
+// missed, cut off from the workers), guard on, and not one violation.
+func TestChaosCluster(t *testing.T) {
+	t.Parallel()
+	trials := *flagTrials
+	if trials == 0 {
+		trials = len(ClusterFaultKinds)
+	}
+	cfg, out := testCommandConfig(t, true, trials, nil)
+	cfg.Cluster, cfg.BareLeases = true, true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	for _, k := range ClusterFaultKinds {
+		if trials < len(ClusterFaultKinds) {
+			break
+		}
+		if st := rep.PerKind[k]; st.Faults == 0 {
+			t.Errorf("fault %s was never injected (%d trials, %d errors)", k, st.Trials, st.Errors)
+		}
+	}
+	if rep.Summary().Ops == 0 {
+		t.Fatalf("no operations were checked")
+	}
+	if rep.Violations != 0 {
+		t.Errorf("%d violations with guard on (seed %d): see the history slices above", rep.Violations, cfg.Seed)
+	}
+	if rep.Errors != 0 {
+		t.Errorf("%d trials could not run or inject their fault", rep.Errors)
+	}
+}
+
+// TestChaosClusterControl: guard off, a failover to a replica that missed
+// the last lock lets two holders work at once; the checker must see it.
+func TestChaosClusterControl(t *testing.T) {
+	t.Parallel()
+	const maxTrials = 6
+	cfg, out := testCommandConfig(t, false, maxTrials, []string{FaultClusterLossy})
+	cfg.Cluster, cfg.StopAtViolation = true, true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	if rep.Violations == 0 {
+		t.Fatalf("guard off, lossy failover: the checker found no violation in %d trials", rep.Trials)
+	}
+}

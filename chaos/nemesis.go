@@ -27,14 +27,6 @@ var FaultKinds = []string{
 	FaultRedisBlack, FaultRedisCut, FaultPGRestart, FaultPGDelay,
 }
 
-func knownKind(k string) bool {
-	for _, f := range FaultKinds {
-		if f == k {
-			return true
-		}
-	}
-	return false
-}
 
 // Fault is one injected fault, as recorded by the nemesis.
 type Fault struct {
@@ -46,7 +38,11 @@ type Fault struct {
 	Held []Holding `json:"held"`
 	// Param is the fault's size (pause length, delay), for the report.
 	Param time.Duration `json:"param"`
-	Err   string        `json:"err,omitempty"`
+	// Node is the cluster node a cluster fault hit, and Resources the
+	// trial's resources that node served when it began.
+	Node      string   `json:"node,omitempty"`
+	Resources []string `json:"resources,omitempty"`
+	Err       string   `json:"err,omitempty"`
 }
 
 // Holding is one lock held at some moment.
@@ -79,6 +75,15 @@ func holders(events []Event) []Holding {
 // affected says which holders at the fault are expected to lose their lock
 // (or whose writes are disturbed) because of it.
 func (f Fault) affected() []Holding {
+	if f.Node != "" {
+		var out []Holding
+		for _, h := range f.Held {
+			if contains(f.Resources, h.Resource) {
+				out = append(out, h)
+			}
+		}
+		return out
+	}
 	if f.Victim < 0 {
 		return f.Held
 	}
@@ -215,6 +220,8 @@ func (t *trial) inject(ctx context.Context, kind string, rng *rand.Rand) Fault {
 		sleepCtx(ctx, scale(2, 3))
 		p.pgProxy.Restore()
 		f.HealAt = now()
+	case FaultClusterKill, FaultClusterStall, FaultClusterLossy, FaultClusterCut:
+		err = t.injectCluster(ctx, &f, rng)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", kind)
 	}

@@ -28,7 +28,10 @@ type KindStats struct {
 	FailedButCommitted int `json:"failed_but_committed"`
 	// FailedButCommittedErrs samples their errors (distinct, a few).
 	FailedButCommittedErrs []string        `json:"failed_but_committed_errors,omitempty"`
-	Loss                   []time.Duration `json:"-"`
+	// LostElsewhere counts locks lost during cluster faults on masters
+	// the fault did not touch.
+	LostElsewhere int             `json:"lost_elsewhere,omitempty"`
+	Loss          []time.Duration `json:"-"`
 	Takeover               []time.Duration `json:"-"`
 }
 
@@ -36,6 +39,7 @@ type KindStats struct {
 type Report struct {
 	Seed       int64
 	Guard      bool
+	Cluster    bool
 	Lease      time.Duration
 	Trials     int
 	Elapsed    time.Duration
@@ -59,12 +63,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	start := time.Now()
-	e, err := startEnv(ctx)
+	e, err := startEnv(ctx, cfg.Cluster)
 	if err != nil {
 		return nil, err
 	}
 	defer e.stop()
-	rep := &Report{Seed: cfg.Seed, Guard: cfg.Guard, Lease: cfg.Lease, Kinds: cfg.Kinds,
+	rep := &Report{Seed: cfg.Seed, Guard: cfg.Guard, Cluster: cfg.Cluster, Lease: cfg.Lease, Kinds: cfg.Kinds,
 		PerKind: map[string]*KindStats{}, ViolationsByCheck: map[string]int{}}
 	for _, k := range cfg.Kinds {
 		rep.PerKind[k] = &KindStats{Outcomes: map[Outcome]int{}}
@@ -107,6 +111,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				st.FailedButCommittedErrs = append(st.FailedButCommittedErrs, msg)
 			}
 		}
+		st.LostElsewhere += r.LostElsewhere
 		st.Loss = append(st.Loss, r.Loss...)
 		st.Takeover = append(st.Takeover, r.Takeover...)
 		rep.Violations += len(r.Check.Violations)
@@ -120,6 +125,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if len(r.Check.Violations) > 0 {
 			rep.Failed = append(rep.Failed, r)
 			printFailure(cfg.Out, &cfg, r)
+			if cfg.StopAtViolation {
+				break
+			}
 		}
 	}
 	rep.Elapsed = time.Since(start)
@@ -255,6 +263,7 @@ type kindJSON struct {
 type Summary struct {
 	Seed              int64               `json:"seed"`
 	Guard             bool                `json:"guard"`
+	Cluster           bool                `json:"cluster,omitempty"`
 	LeaseMS           int64               `json:"lease_ms"`
 	Trials            int                 `json:"trials"`
 	Faults            int                 `json:"faults"`
@@ -268,7 +277,7 @@ type Summary struct {
 
 // Summary returns the figures of the run.
 func (r *Report) Summary() Summary {
-	s := Summary{Seed: r.Seed, Guard: r.Guard, LeaseMS: r.Lease.Milliseconds(), Trials: r.Trials,
+	s := Summary{Seed: r.Seed, Guard: r.Guard, Cluster: r.Cluster, LeaseMS: r.Lease.Milliseconds(), Trials: r.Trials,
 		Violations: r.Violations, Errors: r.Errors, ElapsedS: r.Elapsed.Round(100 * time.Millisecond).Seconds(),
 		ViolationsByCheck: r.ViolationsByCheck, PerKind: map[string]kindJSON{}}
 	for k, st := range r.PerKind {
@@ -285,14 +294,22 @@ func (r *Report) Print(w io.Writer) {
 	if !r.Guard {
 		mode = "guard OFF (control)"
 	}
-	fmt.Fprintf(w, "\nchaos: %d trials, %s, lease %v, seed %d, %v\n", r.Trials, mode, r.Lease, r.Seed, r.Elapsed.Round(time.Second))
-	fmt.Fprintf(w, "%-21s %6s %6s %6s %10s  %-27s %-27s %s\n", "fault", "trials", "faults", "ops", "violations",
+	topo := "one Redis"
+	if r.Cluster {
+		topo = "Redis Cluster (3 masters + 3 replicas)"
+	}
+	fmt.Fprintf(w, "\nchaos: %d trials on %s, %s, lease %v, seed %d, %v\n", r.Trials, topo, mode, r.Lease, r.Seed, r.Elapsed.Round(time.Second))
+	fmt.Fprintf(w, "%-22s %6s %6s %6s %10s  %-27s %-27s %s\n", "fault", "trials", "faults", "ops", "violations",
 		"loss detect ms p50/p95/max", "takeover ms p50/p95/max", "outcomes")
 	for _, k := range r.Kinds {
 		st := r.PerKind[k]
 		l, t := stats(st.Loss), stats(st.Takeover)
-		fmt.Fprintf(w, "%-21s %6d %6d %6d %10d  %-27s %-27s %v err-but-committed=%d\n", k, st.Trials, st.Faults, st.Ops, st.Violations,
-			fmtStats(l), fmtStats(t), st.Outcomes, st.FailedButCommitted)
+		extra := ""
+		if r.Cluster {
+			extra = fmt.Sprintf(" lost-on-other-masters=%d", st.LostElsewhere)
+		}
+		fmt.Fprintf(w, "%-22s %6d %6d %6d %10d  %-27s %-27s %v err-but-committed=%d%s\n", k, st.Trials, st.Faults, st.Ops, st.Violations,
+			fmtStats(l), fmtStats(t), st.Outcomes, st.FailedButCommitted, extra)
 	}
 	b, _ := json.Marshal(r.Summary())
 	fmt.Fprintf(w, "%s\n", b)

@@ -32,7 +32,15 @@ type Config struct {
 	// Guard selects fenced writes through guard.Exec (true) or plain
 	// transactions under the lock (false: the control, which must fail).
 	Guard bool
-	// Kinds restricts the fault kinds (default: all of FaultKinds). Trials
+	// Cluster runs the trials against a Redis Cluster (3 masters with a
+	// replica each) instead of one Redis; Kinds then default to
+	// ClusterFaultKinds and Lease to 1s.
+	Cluster bool
+	// StopAtViolation ends the run after the first trial with violations
+	// (a control run needs only one).
+	StopAtViolation bool
+	// Kinds restricts the fault kinds (default: all of FaultKinds, or of
+	// ClusterFaultKinds for a cluster run). Trials
 	// cycle through a seeded shuffle of them, so every kind runs once per
 	// len(Kinds) trials.
 	Kinds []string
@@ -65,12 +73,16 @@ func (c *Config) setDefaults() error {
 	if c.Trials <= 0 {
 		return errors.New("chaos: Trials must be > 0")
 	}
+	known := FaultKinds
+	if c.Cluster {
+		known = ClusterFaultKinds
+	}
 	if len(c.Kinds) == 0 {
-		c.Kinds = FaultKinds
+		c.Kinds = known
 	}
 	for _, k := range c.Kinds {
-		if !knownKind(k) {
-			return fmt.Errorf("chaos: unknown fault kind %q (known: %v)", k, FaultKinds)
+		if !contains(known, k) {
+			return fmt.Errorf("chaos: unknown fault kind %q for this topology (known: %v; cluster faults need Cluster)", k, known)
 		}
 	}
 	if c.Workers <= 0 {
@@ -81,6 +93,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Lease <= 0 {
 		c.Lease = 400 * time.Millisecond
+		if c.Cluster {
+			c.Lease = clusterLease
+		}
 	}
 	if c.WorkerCommand == nil {
 		return errors.New("chaos: WorkerCommand is required (re-execute the binary: see SelfCommand)")
@@ -103,8 +118,9 @@ func SelfCommand() *exec.Cmd {
 
 // env is the servers of a run, shared by its trials.
 type env struct {
-	redis *testenv.Redis
-	pg    *testenv.Postgres
+	redis   *testenv.Redis   // single-node runs
+	cluster *testenv.Cluster // cluster runs
+	pg      *testenv.Postgres
 	dbURL string
 	admin *pgxpool.Pool
 }
@@ -139,10 +155,14 @@ CREATE TABLE IF NOT EXISTS chaos_items (
 CREATE INDEX IF NOT EXISTS chaos_items_res ON chaos_items (resource);
 `
 
-func startEnv(ctx context.Context) (*env, error) {
+func startEnv(ctx context.Context, cluster bool) (*env, error) {
 	e := &env{}
 	var err error
-	if e.redis, err = testenv.StartRedis(); err != nil {
+	if cluster {
+		if e.cluster, err = startCluster(ctx); err != nil {
+			return nil, err
+		}
+	} else if e.redis, err = testenv.StartRedis(); err != nil {
 		return nil, err
 	}
 	if e.pg, err = testenv.StartPostgres(); err != nil {
@@ -185,6 +205,9 @@ func (e *env) stop() {
 	if e.redis != nil {
 		_ = e.redis.Stop()
 	}
+	if e.cluster != nil {
+		_ = e.cluster.Stop()
+	}
 }
 
 // proc is one worker process of a trial.
@@ -193,7 +216,8 @@ type proc struct {
 	cmd        *exec.Cmd
 	stdin      io.WriteCloser
 	done       chan struct{} // closed when the process has exited and its output is read
-	redisProxy *testenv.Proxy
+	redisProxy *testenv.Proxy            // single-node runs
+	nodeProxy  map[string]*testenv.Proxy // cluster runs: node address -> this worker's proxy to it
 	pgProxy    *testenv.Proxy
 	stderr     *lockedBuffer
 }
@@ -253,20 +277,43 @@ func (t *trial) spawn(ctx context.Context) (*proc, error) {
 	id := t.nextID
 	t.nextID++
 	t.mu.Unlock()
-	rp, err := testenv.NewProxy(t.env.redis.Addr)
-	if err != nil {
+	var rp *testenv.Proxy
+	var nps map[string]*testenv.Proxy
+	closeRedisSide := func() {
+		if rp != nil {
+			_ = rp.Close()
+		}
+		for _, np := range nps {
+			_ = np.Close()
+		}
+	}
+	var err error
+	if t.env.cluster != nil {
+		if nps, err = nodeProxies(t.env.cluster); err != nil {
+			return nil, err
+		}
+	} else if rp, err = testenv.NewProxy(t.env.redis.Addr); err != nil {
 		return nil, err
 	}
 	pp, err := testenv.NewProxy(t.env.pg.Addr)
 	if err != nil {
-		_ = rp.Close()
+		closeRedisSide()
 		return nil, err
 	}
 	wc := workerConfig{
-		ID: id, RedisAddr: rp.Addr, PGURL: "postgres://postgres@" + pp.Addr + "/" + dbName(t.env.dbURL) + "?sslmode=disable",
+		ID: id, PGURL: "postgres://postgres@" + pp.Addr + "/" + dbName(t.env.dbURL) + "?sslmode=disable",
 		Prefix: fmt.Sprintf("chaos%d:", t.n), Resources: t.resources, Lease: t.cfg.Lease, Guard: t.cfg.Guard,
 		Seed: t.seed + uint64(id)*7919, Think: t.cfg.Lease / 10, OpsPerHold: 12, Items: 3,
 		BareLease: t.cfg.BareLeases && id%2 == 1, IdleTimeout: t.cfg.IdleTimeout,
+	}
+	if rp != nil {
+		wc.RedisAddr = rp.Addr
+	} else {
+		wc.ClusterAddrs = t.env.cluster.Addrs()
+		wc.NodeProxies = map[string]string{}
+		for addr, np := range nps {
+			wc.NodeProxies[addr] = np.Addr
+		}
 	}
 	js, _ := json.Marshal(wc)
 	cmd := t.cfg.WorkerCommand()
@@ -276,20 +323,20 @@ func (t *trial) spawn(ctx context.Context) (*proc, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		_ = rp.Close()
+		closeRedisSide()
 		_ = pp.Close()
 		return nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		_ = rp.Close()
+		closeRedisSide()
 		_ = pp.Close()
 		return nil, err
 	}
-	p := &proc{id: id, cmd: cmd, stdin: stdin, done: make(chan struct{}), redisProxy: rp, pgProxy: pp, stderr: &lockedBuffer{}}
+	p := &proc{id: id, cmd: cmd, stdin: stdin, done: make(chan struct{}), redisProxy: rp, nodeProxy: nps, pgProxy: pp, stderr: &lockedBuffer{}}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
-		_ = rp.Close()
+		closeRedisSide()
 		_ = pp.Close()
 		return nil, fmt.Errorf("chaos: start worker: %w", err)
 	}
@@ -329,7 +376,12 @@ func (t *trial) stopAll() {
 			<-p.done
 		}
 		_ = p.pgProxy.Close()
-		_ = p.redisProxy.Close()
+		if p.redisProxy != nil {
+			_ = p.redisProxy.Close()
+		}
+		for _, np := range p.nodeProxy {
+			_ = np.Close()
+		}
 	}
 }
 
@@ -365,6 +417,10 @@ type TrialResult struct {
 	Check    CheckResult
 	Loss     []time.Duration // fault -> Lock.Context() cancellation, per affected holder
 	Takeover []time.Duration // fault -> first committed write of a newer holder, per affected resource
+	// LostElsewhere counts locks lost during a cluster fault on resources
+	// the fault did not touch (another master's): per-node independence
+	// says zero.
+	LostElsewhere int
 	Outcomes map[Outcome]int
 	Stderr   map[int]string
 	BadLines []string
@@ -378,9 +434,22 @@ func (t *trial) run(ctx context.Context, rng *rand.Rand) TrialResult {
 	phase := func(name string) {
 		res.Phases = append(res.Phases, fmt.Sprintf("%s=%v", name, time.Since(t0).Round(10*time.Millisecond)))
 	}
-	for j := 0; j < t.cfg.Resources; j++ {
-		r := fmt.Sprintf("t%d-r%d", t.n, j)
-		t.resources = append(t.resources, r)
+	if t.env.cluster != nil {
+		// Back to a healthy cluster (the last trial's victim restarted),
+		// and one resource per master.
+		rs, err := t.prepareCluster(ctx)
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		t.resources = rs
+		phase("cluster")
+	} else {
+		for j := 0; j < t.cfg.Resources; j++ {
+			t.resources = append(t.resources, fmt.Sprintf("t%d-r%d", t.n, j))
+		}
+	}
+	for _, r := range t.resources {
 		if _, err := t.env.admin.Exec(ctx, `INSERT INTO chaos_register (resource) VALUES ($1) ON CONFLICT DO NOTHING`, r); err != nil {
 			res.Err = fmt.Errorf("chaos: register row: %w", err)
 			return res
@@ -439,6 +508,7 @@ func (t *trial) run(ctx context.Context, rng *rand.Rand) TrialResult {
 		res.Outcomes[o.Outcome]++
 	}
 	res.Loss, res.Takeover = measure(res.Fault, res.Events, db.Commits)
+	res.LostElsewhere = lostElsewhere(res.Fault, res.Events, t.cfg.Lease)
 	phase("checked")
 	return res
 }
@@ -533,6 +603,26 @@ func measure(f Fault, events []Event, commits []Commit) (loss, takeover []time.D
 		first := int64(0)
 		for _, c := range commits {
 			if c.Resource == h.Resource && c.Token > h.Token && c.At >= f.At && (first == 0 || c.At < first) {
+				first = c.At
+			}
+		}
+		if first > 0 {
+			takeover = append(takeover, time.Duration(first-f.At))
+		}
+	}
+	// A cluster fault's resource that no one held: takeover is how long
+	// until anyone committed on it again (the node's slots usable again).
+	for _, r := range f.Resources {
+		heldAtFault := false
+		for _, h := range f.Held {
+			heldAtFault = heldAtFault || h.Resource == r
+		}
+		if heldAtFault {
+			continue
+		}
+		first := int64(0)
+		for _, c := range commits {
+			if c.Resource == r && c.At >= f.At && (first == 0 || c.At < first) {
 				first = c.At
 			}
 		}

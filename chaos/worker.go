@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -32,6 +33,11 @@ func IsWorker() bool { return os.Getenv(WorkerEnv) != "" }
 type workerConfig struct {
 	ID         int           `json:"id"`
 	RedisAddr  string        `json:"redis"` // a fault proxy in front of Redis
+	// ClusterAddrs, for a cluster run, are the nodes' real addresses (what
+	// the cluster announces); NodeProxies maps each to this worker's fault
+	// proxy in front of it, which the client dials instead.
+	ClusterAddrs []string          `json:"cluster,omitempty"`
+	NodeProxies  map[string]string `json:"node_proxies,omitempty"`
 	PGURL      string        `json:"pg"`    // through a fault proxy in front of Postgres
 	Prefix     string        `json:"prefix"`
 	Resources  []string      `json:"resources"`
@@ -110,10 +116,27 @@ func (w *worker) emit(e Event) {
 
 func (w *worker) run(ctx context.Context) error {
 	lease := w.cfg.Lease
-	rdb := redis.NewClient(&redis.Options{
-		Addr: w.cfg.RedisAddr, DialTimeout: lease / 2, ReadTimeout: lease / 3, WriteTimeout: lease / 3,
-		ContextTimeoutEnabled: true, MaxRetries: 1, PoolSize: 4,
-	})
+	var rdb redis.UniversalClient
+	if len(w.cfg.ClusterAddrs) > 0 {
+		// go-redis defaults otherwise (no ClusterStateReloadInterval):
+		// following a failover is fence's job.
+		var d net.Dialer
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: w.cfg.ClusterAddrs, DialTimeout: lease / 2, ReadTimeout: lease / 3, WriteTimeout: lease / 3,
+			ContextTimeoutEnabled: true, MaxRetries: 1, PoolSize: 4,
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if p, ok := w.cfg.NodeProxies[addr]; ok {
+					addr = p
+				}
+				return d.DialContext(ctx, network, addr)
+			},
+		})
+	} else {
+		rdb = redis.NewClient(&redis.Options{
+			Addr: w.cfg.RedisAddr, DialTimeout: lease / 2, ReadTimeout: lease / 3, WriteTimeout: lease / 3,
+			ContextTimeoutEnabled: true, MaxRetries: 1, PoolSize: 4,
+		})
+	}
 	defer rdb.Close()
 	fc, err := fence.New(rdb, fence.WithPrefix(w.cfg.Prefix), fence.WithLease(lease))
 	if err != nil {
