@@ -68,7 +68,11 @@ bench: deps
 
 # chaos: the fault-injection suite (issue 6). A guard-off control run (it
 # must find violations, or the checker proves nothing), then 200 seeded
-# trials with guard on (zero violations). SEED=n reproduces a run's fault
-# schedule; TRIALS=n changes its length. The last line is a JSON summary.
+# trials with guard on (zero violations); then the same on a Redis Cluster
+# (3 masters + 3 replicas): a guard-off lossy-failover control and TRIALS/5
+# cluster trials (master killed, stalled, lost with writes its replica
+# missed, cut off). SEED=n reproduces a run's fault schedule; TRIALS=n
+# changes its length (CLUSTER_TRIALS=n the cluster part's). The last line
+# is a JSON summary of both runs.
 chaos: deps
-	$(GO) run -race ./chaos/cmd/chaos -trials $(or $(TRIALS),200) $(if $(SEED),-seed $(SEED))
+	$(GO) run -race ./chaos/cmd/chaos -trials $(or $(TRIALS),200) $(if $(SEED),-seed $(SEED)) $(if $(CLUSTER_TRIALS),-cluster-trials $(CLUSTER_TRIALS))

@@ -151,6 +151,7 @@ func TestChaosClusterControl(t *testing.T) {
 	const maxTrials = 6
 	cfg, out := testCommandConfig(t, false, maxTrials, []string{FaultClusterLossy})
 	cfg.Cluster, cfg.StopAtViolation = true, true
+	cfg.Lease = clusterControlLease
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)

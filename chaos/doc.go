@@ -35,13 +35,21 @@
 // (fault to Lock.Context() cancellation) and takeover (fault to the next
 // holder's first committed write).
 //
+// A cluster run ([Config.Cluster]) does the same on a Redis Cluster of 3
+// masters with a replica each, one resource per master, each worker
+// reaching every node through a proxy of its own; the nemesis hits one
+// master ([ClusterFaultKinds]): killed (its replica promoted), stalled
+// beyond the lease, lost with writes its replica missed (the replica takes
+// over without the last lock), or cut off from every worker. The report
+// adds, per kind, the locks lost on the masters the fault did not touch.
+//
 // Half of the workers of `make chaos` hand guard.Exec a bare lease (name,
 // token, holder, no Done channel), so that the database's check alone must
 // stop their stale writes, as the design promises; the others pass the
 // *fence.Lock as applications do ([Config.BareLeases]).
 //
-// `make chaos` runs cmd/chaos (a guard-off control, then 200 trials);
-// `go test ./chaos` runs the short version, every fault kind once, with
-// *fence.Lock leases only. finding_test.go (build tag chaosfinding) holds
+// `make chaos` runs cmd/chaos (a guard-off control, then 200 trials; then
+// on a cluster a guard-off control and 40 trials); `go test ./chaos` runs
+// the short version, every fault kind once on each topology. finding_test.go (build tag chaosfinding) holds
 // deterministic reproductions of what the suite found.
 package chaos

@@ -27,7 +27,6 @@ var FaultKinds = []string{
 	FaultRedisBlack, FaultRedisCut, FaultPGRestart, FaultPGDelay,
 }
 
-
 // Fault is one injected fault, as recorded by the nemesis.
 type Fault struct {
 	Kind   string `json:"kind"`

@@ -27,26 +27,28 @@ type KindStats struct {
 	// died) although their write committed: ambiguous, legal outcomes.
 	FailedButCommitted int `json:"failed_but_committed"`
 	// FailedButCommittedErrs samples their errors (distinct, a few).
-	FailedButCommittedErrs []string        `json:"failed_but_committed_errors,omitempty"`
+	FailedButCommittedErrs []string `json:"failed_but_committed_errors,omitempty"`
 	// LostElsewhere counts locks lost during cluster faults on masters
 	// the fault did not touch.
 	LostElsewhere int             `json:"lost_elsewhere,omitempty"`
 	Loss          []time.Duration `json:"-"`
-	Takeover               []time.Duration `json:"-"`
+	Takeover      []time.Duration `json:"-"`
 }
 
 // Report is the result of a run.
 type Report struct {
-	Seed       int64
-	Guard      bool
-	Cluster    bool
-	Lease      time.Duration
-	Trials     int
-	Elapsed    time.Duration
-	Kinds      []string
-	PerKind    map[string]*KindStats
-	Violations int
-	Errors     int
+	Seed    int64
+	Guard   bool
+	Cluster bool
+	// PartialCoverage: the cluster ran with cluster-require-full-coverage no.
+	PartialCoverage bool
+	Lease           time.Duration
+	Trials          int
+	Elapsed         time.Duration
+	Kinds           []string
+	PerKind         map[string]*KindStats
+	Violations      int
+	Errors          int
 	// Failed holds the trials that found violations.
 	Failed []TrialResult
 	// ViolationsByCheck counts violations per check name.
@@ -63,12 +65,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	start := time.Now()
-	e, err := startEnv(ctx, cfg.Cluster)
+	e, err := startEnv(ctx, &cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer e.stop()
-	rep := &Report{Seed: cfg.Seed, Guard: cfg.Guard, Cluster: cfg.Cluster, Lease: cfg.Lease, Kinds: cfg.Kinds,
+	rep := &Report{Seed: cfg.Seed, Guard: cfg.Guard, Cluster: cfg.Cluster, PartialCoverage: cfg.PartialCoverage, Lease: cfg.Lease, Kinds: cfg.Kinds,
 		PerKind: map[string]*KindStats{}, ViolationsByCheck: map[string]int{}}
 	for _, k := range cfg.Kinds {
 		rep.PerKind[k] = &KindStats{Outcomes: map[Outcome]int{}}
@@ -264,6 +266,7 @@ type Summary struct {
 	Seed              int64               `json:"seed"`
 	Guard             bool                `json:"guard"`
 	Cluster           bool                `json:"cluster,omitempty"`
+	PartialCoverage   bool                `json:"partial_coverage,omitempty"`
 	LeaseMS           int64               `json:"lease_ms"`
 	Trials            int                 `json:"trials"`
 	Faults            int                 `json:"faults"`
@@ -277,7 +280,7 @@ type Summary struct {
 
 // Summary returns the figures of the run.
 func (r *Report) Summary() Summary {
-	s := Summary{Seed: r.Seed, Guard: r.Guard, Cluster: r.Cluster, LeaseMS: r.Lease.Milliseconds(), Trials: r.Trials,
+	s := Summary{Seed: r.Seed, Guard: r.Guard, Cluster: r.Cluster, PartialCoverage: r.PartialCoverage, LeaseMS: r.Lease.Milliseconds(), Trials: r.Trials,
 		Violations: r.Violations, Errors: r.Errors, ElapsedS: r.Elapsed.Round(100 * time.Millisecond).Seconds(),
 		ViolationsByCheck: r.ViolationsByCheck, PerKind: map[string]kindJSON{}}
 	for k, st := range r.PerKind {
@@ -296,7 +299,10 @@ func (r *Report) Print(w io.Writer) {
 	}
 	topo := "one Redis"
 	if r.Cluster {
-		topo = "Redis Cluster (3 masters + 3 replicas)"
+		topo = "Redis Cluster (3 masters + 3 replicas, node timeout " + clusterNodeTimeout.String() + ")"
+		if r.PartialCoverage {
+			topo += ", cluster-require-full-coverage no"
+		}
 	}
 	fmt.Fprintf(w, "\nchaos: %d trials on %s, %s, lease %v, seed %d, %v\n", r.Trials, topo, mode, r.Lease, r.Seed, r.Elapsed.Round(time.Second))
 	fmt.Fprintf(w, "%-22s %6s %6s %6s %10s  %-27s %-27s %s\n", "fault", "trials", "faults", "ops", "violations",

@@ -36,6 +36,11 @@ type Config struct {
 	// replica each) instead of one Redis; Kinds then default to
 	// ClusterFaultKinds and Lease to 1s.
 	Cluster bool
+	// PartialCoverage sets cluster-require-full-coverage no: the healthy
+	// masters keep answering while a dead one's slots have no master
+	// (default: yes, as Redis, where the whole cluster answers CLUSTERDOWN
+	// until the failover).
+	PartialCoverage bool
 	// StopAtViolation ends the run after the first trial with violations
 	// (a control run needs only one).
 	StopAtViolation bool
@@ -87,6 +92,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Workers <= 0 {
 		c.Workers = 3
+		if c.Cluster {
+			// Two per resource (one per master): a waiter is there when a
+			// failover hands the lock over, so takeover measures fence,
+			// not when a busy worker happens to pick the resource.
+			c.Workers = 6
+		}
 	}
 	if c.Resources <= 0 {
 		c.Resources = 2
@@ -121,8 +132,8 @@ type env struct {
 	redis   *testenv.Redis   // single-node runs
 	cluster *testenv.Cluster // cluster runs
 	pg      *testenv.Postgres
-	dbURL string
-	admin *pgxpool.Pool
+	dbURL   string
+	admin   *pgxpool.Pool
 }
 
 const schema = `
@@ -155,11 +166,11 @@ CREATE TABLE IF NOT EXISTS chaos_items (
 CREATE INDEX IF NOT EXISTS chaos_items_res ON chaos_items (resource);
 `
 
-func startEnv(ctx context.Context, cluster bool) (*env, error) {
+func startEnv(ctx context.Context, cfg *Config) (*env, error) {
 	e := &env{}
 	var err error
-	if cluster {
-		if e.cluster, err = startCluster(ctx); err != nil {
+	if cfg.Cluster {
+		if e.cluster, err = startCluster(ctx, cfg.PartialCoverage); err != nil {
 			return nil, err
 		}
 	} else if e.redis, err = testenv.StartRedis(); err != nil {
@@ -215,7 +226,7 @@ type proc struct {
 	id         int
 	cmd        *exec.Cmd
 	stdin      io.WriteCloser
-	done       chan struct{} // closed when the process has exited and its output is read
+	done       chan struct{}             // closed when the process has exited and its output is read
 	redisProxy *testenv.Proxy            // single-node runs
 	nodeProxy  map[string]*testenv.Proxy // cluster runs: node address -> this worker's proxy to it
 	pgProxy    *testenv.Proxy
@@ -418,14 +429,13 @@ type TrialResult struct {
 	Loss     []time.Duration // fault -> Lock.Context() cancellation, per affected holder
 	Takeover []time.Duration // fault -> first committed write of a newer holder, per affected resource
 	// LostElsewhere counts locks lost during a cluster fault on resources
-	// the fault did not touch (another master's): per-node independence
-	// says zero.
+	// the fault did not touch (other masters'): see lostElsewhere.
 	LostElsewhere int
-	Outcomes map[Outcome]int
-	Stderr   map[int]string
-	BadLines []string
-	Err      error // the trial could not run (infrastructure); not a verdict
-	Phases   []string
+	Outcomes      map[Outcome]int
+	Stderr        map[int]string
+	BadLines      []string
+	Err           error // the trial could not run (infrastructure); not a verdict
+	Phases        []string
 }
 
 func (t *trial) run(ctx context.Context, rng *rand.Rand) TrialResult {
@@ -478,12 +488,18 @@ func (t *trial) run(ctx context.Context, rng *rand.Rand) TrialResult {
 		sleepCtx(ctx, 20*time.Millisecond)
 	}
 	phase("ready")
-	sleepCtx(ctx, L+time.Duration(rng.Int64N(int64(L))))
+	// Cluster trials wait for the same times whatever the lease (a control
+	// runs a long one): the fault's window matters, not the lease's.
+	W := L
+	if t.env.cluster != nil {
+		W = clusterLease
+	}
+	sleepCtx(ctx, W+time.Duration(rng.Int64N(int64(W))))
 	res.Fault = t.inject(ctx, t.kind, rng)
 	phase("fault")
 	// Recovery: long enough for the lock to expire and a new holder to
 	// commit, so takeover can be measured.
-	sleepCtx(ctx, 3*L)
+	sleepCtx(ctx, 3*W)
 	t.stopAll()
 	phase("stopped")
 

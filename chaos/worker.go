@@ -31,22 +31,22 @@ func IsWorker() bool { return os.Getenv(WorkerEnv) != "" }
 
 // workerConfig is what the parent tells a worker.
 type workerConfig struct {
-	ID         int           `json:"id"`
-	RedisAddr  string        `json:"redis"` // a fault proxy in front of Redis
+	ID        int    `json:"id"`
+	RedisAddr string `json:"redis"` // a fault proxy in front of Redis
 	// ClusterAddrs, for a cluster run, are the nodes' real addresses (what
 	// the cluster announces); NodeProxies maps each to this worker's fault
 	// proxy in front of it, which the client dials instead.
 	ClusterAddrs []string          `json:"cluster,omitempty"`
 	NodeProxies  map[string]string `json:"node_proxies,omitempty"`
-	PGURL      string        `json:"pg"`    // through a fault proxy in front of Postgres
-	Prefix     string        `json:"prefix"`
-	Resources  []string      `json:"resources"`
-	Lease      time.Duration `json:"lease"`
-	Guard      bool          `json:"guard"`
-	Seed       uint64        `json:"seed"`
-	Think      time.Duration `json:"think"`        // pause inside the critical section, between read and write
-	OpsPerHold int           `json:"ops_per_hold"` // operations per acquisition
-	Items      int           `json:"items"`        // business rows per batch
+	PGURL        string            `json:"pg"` // through a fault proxy in front of Postgres
+	Prefix       string            `json:"prefix"`
+	Resources    []string          `json:"resources"`
+	Lease        time.Duration     `json:"lease"`
+	Guard        bool              `json:"guard"`
+	Seed         uint64            `json:"seed"`
+	Think        time.Duration     `json:"think"`        // pause inside the critical section, between read and write
+	OpsPerHold   int               `json:"ops_per_hold"` // operations per acquisition
+	Items        int               `json:"items"`        // business rows per batch
 	// BareLease hands guard.Exec only the lease's name, token and holder,
 	// not the lock itself: guard then cannot stop early when the lock is
 	// lost, and the database's token check alone must reject stale writes.

@@ -5,7 +5,12 @@
 //
 //	go run -race ./chaos/cmd/chaos -trials 200 -seed 42
 //
-// It exits 1 when guard-on trials found violations, when the guard-off
+// After the one-Redis run it runs the same suite on a Redis Cluster (3
+// masters with a replica each): a guard-off control of lossy failovers,
+// then -cluster-trials trials (default trials/5) of the cluster faults. The
+// last line of stdout is a JSON object with both runs' summaries.
+//
+// It exits 1 when guard-on trials found violations, when a guard-off
 // control found none (the checker would be proving nothing), or when
 // trials could not run.
 package main
@@ -40,6 +45,11 @@ func main() {
 		workers   = flag.Int("workers", 3, "worker processes per trial")
 		resources = flag.Int("resources", 2, "resources per trial")
 		verbose   = flag.Bool("v", false, "one line per trial")
+
+		clusterTrials  = flag.Int("cluster-trials", -1, "trials on a Redis Cluster (3 masters + 3 replicas) after the one-Redis run (-1: trials/5, at least one per cluster fault kind; 0: none)")
+		clusterControl = flag.Int("cluster-control", 6, "at most this many guard-off lossy-failover trials on the cluster, stopping at the first violation (0: none)")
+		clusterLease   = flag.Duration("cluster-lease", time.Second, "lock lease of the cluster trials")
+		partial        = flag.Bool("partial-coverage", false, "cluster-require-full-coverage no (healthy masters keep answering while a dead master's slots are uncovered)")
 	)
 	flag.Parse()
 	if *seed == 0 {
@@ -81,18 +91,61 @@ func main() {
 		fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
 		os.Exit(1)
 	}
+	failed = verdict(cfg, rep, *seed) || failed
+	summary := map[string]chaos.Summary{"one_redis": rep.Summary()}
+
+	if *clusterTrials < 0 {
+		*clusterTrials = max(*trials/5, len(chaos.ClusterFaultKinds))
+	}
+	if *clusterTrials > 0 {
+		cc := cfg
+		cc.Cluster, cc.PartialCoverage, cc.Lease, cc.Kinds = true, *partial, *clusterLease, nil
+		if *clusterControl > 0 {
+			// A failover to a replica that missed the last lock lets two
+			// holders work at once; unfenced, their writes must show.
+			c := cc
+			c.Trials, c.Guard, c.Kinds, c.StopAtViolation = *clusterControl, false, []string{chaos.FaultClusterLossy}, true
+			fmt.Printf("\nchaos: cluster control run, guard off, up to %d lossy-failover trials\n", c.Trials)
+			crep, err := chaos.Run(ctx, c)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "chaos: cluster control run: %v\n", err)
+				os.Exit(1)
+			}
+			if crep.Violations == 0 {
+				fmt.Printf("chaos: FAIL: the guard-off cluster control found no violation: the checker proves nothing\n")
+				failed = true
+			} else {
+				fmt.Printf("chaos: cluster control ok: guard off produced %d violations, as it must\n\n", crep.Violations)
+			}
+		}
+		cc.Trials = *clusterTrials
+		fmt.Printf("chaos: cluster run, %d trials\n", cc.Trials)
+		crep, err := chaos.Run(ctx, cc)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: cluster run: %v\n", err)
+			os.Exit(1)
+		}
+		failed = verdict(cc, crep, *seed) || failed
+		summary["cluster"] = crep.Summary()
+	}
+	// The last line of stdout: both runs' figures.
+	b, _ := json.Marshal(summary)
+	fmt.Println(string(b))
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// verdict prints why a run fails, if it does.
+func verdict(cfg chaos.Config, rep *chaos.Report, seed int64) bool {
+	failed := false
 	if cfg.Guard && rep.Violations > 0 {
-		fmt.Printf("chaos: FAIL: %d violations with guard on (seed %d)\n", rep.Violations, *seed)
+		fmt.Printf("chaos: FAIL: %d violations with guard on (seed %d)\n", rep.Violations, seed)
 		failed = true
 	}
 	if rep.Errors > 0 {
 		fmt.Printf("chaos: FAIL: %d trials could not run or inject their fault\n", rep.Errors)
 		failed = true
 	}
-	if failed {
-		// Keep the JSON summary of the main run the last line of stdout.
-		b, _ := json.Marshal(rep.Summary())
-		fmt.Println(string(b))
-		os.Exit(1)
-	}
+	return failed
 }
