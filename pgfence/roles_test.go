@@ -159,9 +159,21 @@ func TestRestrictedRole(t *testing.T) {
 	}
 	assert.EqualValues(t, 11, storedToken(t, db.Pool, "sync"))
 
+	// A table the role owns: it protects it itself with the same grants
+	// (creating the trigger needs EXECUTE on protect_guard), and unprotects.
+	mustExec(t, db.Pool, "CREATE SCHEMA own AUTHORIZATION "+role)
+	_, err = appPool.Exec(ctx, "CREATE TABLE own.t (v int)")
+	require.NoError(t, err)
+	require.NoError(t, app.Protect(ctx, "own.t"))
+	_, err = appPool.Exec(ctx, "INSERT INTO own.t VALUES (1)")
+	require.ErrorIs(t, pgfence.MapError(err), pgfence.ErrNotClaimed)
+	require.NoError(t, app.Unprotect(ctx, "own.t"))
+
 	// Without the EXECUTE grant the functions are closed too (they are not
-	// executable by PUBLIC).
+	// executable by PUBLIC), Protect included.
 	mustExec(t, db.Pool, "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock FROM "+role)
 	_, err = appPool.Exec(ctx, "SELECT fencelock.claim('sync', 12, 'c')")
+	assert.Equal(t, "42501", rolesCode(err), "%v", err)
+	err = app.Protect(ctx, "own.t")
 	assert.Equal(t, "42501", rolesCode(err), "%v", err)
 }
