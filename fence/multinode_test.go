@@ -5,11 +5,14 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencelock/fencelock/fence"
@@ -91,4 +94,85 @@ type acquired struct {
 	l   *fence.Lock
 	err error
 	at  time.Time
+}
+
+// failoverTimes are the moments of a failover as a fence user sees them.
+type failoverTimes struct {
+	promoted time.Time // the failover is done (see watchFailover)
+	renewed  time.Time // a renewal of held that started after the kill succeeded
+	back     time.Time // try succeeded for the first time
+}
+
+// watchFailover follows a failover that began at killed: it polls done
+// (the failover is complete: the deployment names the new master) and
+// held's deadline every 2 ms on a goroutine of its own, and calls try (an
+// acquisition on the dead master's slots) until it succeeds; each lasts up
+// to 30 s. It checks that acquisitions and renewals are back within bound
+// of the failover.
+func watchFailover(t *testing.T, killed time.Time, done func(context.Context) bool, held *fence.Lock, lease, bound time.Duration, try func(i int) error) failoverTimes {
+	t.Helper()
+	ctx := ctxT(t, 40*time.Second)
+	var (
+		mu sync.Mutex
+		ft failoverTimes
+	)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		// A renewal that started after the kill moves the deadline past this.
+		mark := killed.Add(lease - lease/100 - 2*time.Millisecond)
+		for {
+			master := done(ctx)
+			renewed := held.Deadline().After(mark)
+			now := time.Now()
+			mu.Lock()
+			if master && ft.promoted.IsZero() {
+				ft.promoted = now
+			}
+			if renewed && ft.renewed.IsZero() {
+				ft.renewed = now
+			}
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	var back time.Time
+	for i := 0; back.IsZero() && time.Since(killed) < 30*time.Second; i++ {
+		if try(i) == nil {
+			back = time.Now()
+		} else {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !ft.promoted.IsZero() && !ft.renewed.IsZero()
+	}, 30*time.Second, 5*time.Millisecond, "failover done and held lock renewed within 30 s")
+	close(stop)
+	<-watched
+	ft.back = back
+	require.False(t, back.IsZero(), "no acquisition within 30 s of the kill")
+	t.Logf("kill → failover done %v; acquisitions back %v after it; held lock renewed %v after it",
+		ft.promoted.Sub(killed), ft.back.Sub(ft.promoted), ft.renewed.Sub(ft.promoted))
+	assert.Less(t, ft.back.Sub(ft.promoted), bound, "acquisitions back within the failover + %v", bound)
+	assert.Less(t, ft.renewed.Sub(ft.promoted), bound, "renewals back within the failover + %v", bound)
+	return ft
+}
+
+// recommendedDialerRetries is the go-redis DialerRetries the README
+// recommends with fence: fence retries by itself, so go-redis's dial
+// retries (5, 100 ms apart) only delay how soon it reaches a promoted
+// master.
+const recommendedDialerRetries = 1
+
+// isMaster reports whether the node says it is a master.
+func isMaster(ctx context.Context, rdb *redis.Client) bool {
+	s, err := rdb.Info(ctx, "replication").Result()
+	return err == nil && strings.Contains(s, "role:master")
 }
