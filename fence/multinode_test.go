@@ -166,9 +166,9 @@ func watchFailover(t *testing.T, killed time.Time, done func(context.Context) bo
 }
 
 // recommendedDialerRetries is the go-redis DialerRetries the README
-// recommends with fence: fence retries by itself, so go-redis's dial
-// retries (5, 100 ms apart) only delay how soon it reaches a promoted
-// master.
+// recommends for cluster clients with fence: fence retries by itself, and
+// go-redis's dial retries of a dead master (5, 100 ms apart) delay how
+// soon the slot map, and fence's calls, reach the promoted one.
 const recommendedDialerRetries = 1
 
 // isMaster reports whether the node says it is a master.
