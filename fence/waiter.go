@@ -127,10 +127,10 @@ func (m *waiter) subscribe(ctx context.Context, channel string) (s *subscription
 	cs := m.subs[channel]
 	if cs == nil {
 		g, err := m.groupFor(ctx, channel)
-		if err == nil && g.broken {
+		if err == nil && g.broken && g.sharded {
 			// Its node is unreachable: subscribing would wait for a dial
 			// (under m.mu). The waiter retries once the slot map names
-			// the new master (see waiter_failover.go).
+			// the new master or the node is back (see waiter_failover.go).
 			err = errNodeDown
 		}
 		if err == nil {
@@ -299,6 +299,9 @@ func (m *waiter) read(g *psGroup) {
 			// waiter_failover.go).
 			m.c.refreshTopology(err)
 			m.failGroup(g, connectionError(err))
+			if m.dropUnused(g) {
+				return
+			}
 			t := time.NewTimer(backoff)
 			select {
 			case <-m.ctx.Done():
@@ -307,6 +310,12 @@ func (m *waiter) read(g *psGroup) {
 			case <-t.C:
 			}
 			backoff = min(backoff*2, maxReconnectWait)
+			// PING redials (and resubscribes) the connection: once that
+			// works the node is back, even for a connection with no
+			// channel left, which would receive nothing to say so.
+			if g.ps.Ping(m.ctx) == nil {
+				m.healGroup(g)
+			}
 			continue
 		}
 		backoff = 10 * time.Millisecond

@@ -131,7 +131,9 @@ func (m *waiter) resubscribe(ctx context.Context, s *subscription) bool {
 	}
 	if m.unusedLocked(old) {
 		old.closed = true
-		delete(m.groups, old.addr)
+		if m.groups[old.addr] == old {
+			delete(m.groups, old.addr)
+		}
 		drop = old
 	}
 	m.mu.Unlock()
@@ -146,6 +148,26 @@ func (m *waiter) resubscribe(ctx context.Context, s *subscription) bool {
 	case <-t.C:
 	}
 	return true
+}
+
+// dropUnused closes a cluster node's broken connection that no channel
+// uses any more, rather than redial a node that may be gone for good; the
+// next subscription to that node opens a new one. It reports whether g
+// was closed.
+func (m *waiter) dropUnused(g *psGroup) bool {
+	m.mu.Lock()
+	drop := g.sharded && g.broken && !g.closed && !m.closed && m.unusedLocked(g)
+	if drop {
+		g.closed = true
+		if m.groups[g.addr] == g {
+			delete(m.groups, g.addr)
+		}
+	}
+	m.mu.Unlock()
+	if drop {
+		_ = g.ps.Close()
+	}
+	return drop
 }
 
 // unusedLocked reports whether no channel uses g. Called with m.mu held.
