@@ -326,6 +326,12 @@ func TestTokensIncrease(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, high+1, l.Token())
 	require.NoError(t, l.Release(ctx))
+	// The clock is now behind the counter, as after the clock ran
+	// backwards: the counter keeps the last token, the next is one above.
+	l, err = c.TryAcquire(ctx, "tok")
+	require.NoError(t, err)
+	assert.Equal(t, high+2, l.Token(), "a clock behind the counter")
+	require.NoError(t, l.Release(ctx))
 	// A counter set back below the clock: the clock floor still gives a
 	// token above every clock-based one handed out before.
 	require.NoError(t, rdb.Set(ctx, lockKey(r, "tok")+":seq", 5, 0).Err())
