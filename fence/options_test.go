@@ -52,6 +52,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	defer ring.Close()
 	_, err = fence.New(ring)
 	assert.ErrorIs(t, err, fence.ErrInvalidOption)
+	assert.ErrorContains(t, err, "*redis.Ring is refused: each Ring client maps a name to a server by its own view")
 }
 
 func TestAcquireRejectsBadInput(t *testing.T) {
