@@ -66,6 +66,19 @@ func evaluateGoals(r *results) {
 		}
 		_ = s
 	}
+	if s, ok := r.Scenarios["cluster"]; ok {
+		for _, n := range r.Config.RenewalLocks {
+			lib := fmt.Sprintf("fence %d locks", n)
+			limit, _ := s.Extra[fmt.Sprintf("rt_per_node_limit_%d", n)].(float64)
+			if limit == 0 {
+				limit = math.NaN()
+			}
+			r.addGoal("cluster", fmt.Sprintf("%d locks on 3 masters: round trips per node per period ≤ ceil(locks on the node/%d) (worst node)", n, renewBatchGoal), med("cluster", lib, "round_trips_per_node_period_max"), limit, true, "")
+			r.addGoal("cluster", fmt.Sprintf("%d locks on 3 masters: no lock lost by the watchdog (max over repetitions)", n), maxOf(s.get(lib, "locks_lost")), 0, true, "a correctness check")
+		}
+		big := r.Config.RenewalLocks[len(r.Config.RenewalLocks)-1]
+		r.addGoal("cluster", fmt.Sprintf("%d locks on 3 masters: renewal time/period ≤ 1.2 × hand-written cluster pipeline", big), ratio("cluster", fmt.Sprintf("busy/floor %d", big)), 1.2, true, "busy = union of fence's renewal pipelines on all nodes")
+	}
 	if _, ok := r.Scenarios["guard"]; ok {
 		for _, p := range []string{"direct", "proxied 1ms each way"} {
 			r.addGoal("guard", "guarded/plain ≤ 1.05, "+p, ratio("guard", "guarded/plain "+p), 1.05, true, "")

@@ -207,6 +207,7 @@ func run(ctx context.Context, cfg config, pin bool, cpuprofile string, log io.Wr
 		{"guard", runGuard},
 		{"sqlfence", runSQLFence},
 		{"sync", runSync},
+		{"cluster", runCluster},
 	} {
 		if !cfg.wants(s.name) {
 			continue

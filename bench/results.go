@@ -320,6 +320,16 @@ func printHeadline(w io.Writer, r *results) {
 				val("renewal", fmt.Sprintf("redislock loop %d", n), "busy_ms_per_period"))
 		}
 	}
+	if s, ok := r.Scenarios["cluster"]; ok {
+		fmt.Fprintf(w, "| Redis Cluster (3 masters + 3 replicas), 16 on 1 name: acquisitions/s (single Redis); cluster/single | %s (%s); %s | | |\n",
+			val("cluster", "fence cluster", "acq_per_s"), val("cluster", "fence single", "acq_per_s"), fmtNum(s.Ratios["contended acq_per_s cluster/single"]))
+		for _, n := range r.Config.RenewalLocks {
+			lib := fmt.Sprintf("fence %d locks", n)
+			fmt.Fprintf(w, "| Redis Cluster, renewal of %d locks: round trips per node per period (worst node); ms/period (hand-written cluster pipeline) | %s; %s (%s) | | |\n", n,
+				val("cluster", lib, "round_trips_per_node_period_max"), val("cluster", lib, "busy_ms_per_period"),
+				val("cluster", fmt.Sprintf("floor pipeline %d", n), "busy_ms_per_period"))
+		}
+	}
 	if s, ok := r.Scenarios["guard"]; ok {
 		fmt.Fprintf(w, "| guard.Exec / plain tx (direct; 1 ms proxy) | %s; %s | | |\n",
 			fmtNum(s.Ratios["guarded/plain direct"]), fmtNum(s.Ratios["guarded/plain proxied 1ms each way"]))

@@ -49,6 +49,7 @@ func main() {
 		clusterTrials  = flag.Int("cluster-trials", -1, "trials on a Redis Cluster (3 masters + 3 replicas) after the one-Redis run (-1: trials/5, at least one per cluster fault kind; 0: none)")
 		clusterControl = flag.Int("cluster-control", 6, "at most this many guard-off lossy-failover trials on the cluster, stopping at the first violation (0: none)")
 		clusterLease   = flag.Duration("cluster-lease", time.Second, "lock lease of the cluster trials")
+		controlLease   = flag.Duration("cluster-control-lease", 6*time.Second, "lock lease of the cluster control (long: the old holder keeps writing while the lock is taken on the promoted replica)")
 		partial        = flag.Bool("partial-coverage", false, "cluster-require-full-coverage no (healthy masters keep answering while a dead master's slots are uncovered)")
 	)
 	flag.Parse()
@@ -108,6 +109,7 @@ func main() {
 			// holders work at once; unfenced, their writes must show.
 			c := cc
 			c.Trials, c.Guard, c.Kinds, c.StopAtViolation = *clusterControl, false, []string{chaos.FaultClusterLossy}, true
+			c.Lease = *controlLease
 			fmt.Printf("\nchaos: cluster control run, guard off, up to %d lossy-failover trials\n", c.Trials)
 			crep, err := chaos.Run(ctx, c)
 			if err != nil {
