@@ -49,6 +49,12 @@ func (d *doctor) checkRedis(ctx context.Context) (*redisConn, error) {
 		label, replica := "", false
 		if rc.cluster {
 			label = rc.nodeAddr(n)
+			// A master that does not answer gets one line, not one per check.
+			if err := n.Ping(ctx).Err(); err != nil {
+				d.fail("redis.cluster", nodeLabel(label)+"a master that does not answer: "+oneLine(err),
+					"bring it back, or fail it over to a replica (CLUSTER FAILOVER on the replica)")
+				continue
+			}
 			d.checkClusterState(ctx, n, label)
 		} else if rc.role == "replica" || rc.role == "slave" {
 			replica = true
@@ -106,8 +112,8 @@ func (d *doctor) checkClusterState(ctx context.Context, n *redis.Client, label s
 		return
 	}
 	f := infoFields(info)
-	ev := fmt.Sprintf("%scluster_state:%s, %s of 16384 slots assigned, %s failing, %s masters, %s nodes",
-		nodeLabel(label), f["cluster_state"], f["cluster_slots_assigned"], f["cluster_slots_fail"], f["cluster_size"], f["cluster_known_nodes"])
+	ev := fmt.Sprintf("%scluster_state:%s, %s of 16384 slots assigned, %s on failed masters, %s on masters not answering, %s masters, %s nodes",
+		nodeLabel(label), f["cluster_state"], f["cluster_slots_assigned"], f["cluster_slots_fail"], f["cluster_slots_pfail"], f["cluster_size"], f["cluster_known_nodes"])
 	if f["cluster_state"] != "ok" || f["cluster_slots_assigned"] != "16384" || (f["cluster_slots_fail"] != "" && f["cluster_slots_fail"] != "0") {
 		d.fail("redis.cluster", ev+": locks on unserved slots cannot be taken or released",
 			"assign every slot and bring failed masters back (redis-cli --cluster check / fix)")

@@ -270,60 +270,30 @@ func TestDoctorReplication(t *testing.T) {
 	golden(t, "replica", normalize(out, map[string]string{replica.Addr: "REDIS_ADDR"}))
 }
 
-// newCluster starts n Redis servers and makes them one cluster, the slots
-// split evenly between them, all masters.
-func newCluster(t *testing.T, n int) []*testenv.Redis {
-	t.Helper()
-	ctx := ctxT(t)
-	nodes := make([]*testenv.Redis, n)
-	for i := range nodes {
-		nodes[i] = testenv.NewRedisServer(t, testenv.WithRedisArgs("--cluster-enabled", "yes", "--cluster-node-timeout", "5000"))
-		lo, hi := i*16384/n, (i+1)*16384/n-1
-		require.NoError(t, nodes[i].Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err())
-	}
-	for _, nd := range nodes[1:] {
-		host, port, _ := strings.Cut(nd.Addr, ":")
-		require.NoError(t, nodes[0].Client().Do(ctx, "CLUSTER", "MEET", host, port).Err())
-	}
-	require.Eventually(t, func() bool {
-		for _, nd := range nodes {
-			info, err := nd.Client().ClusterInfo(ctx).Result()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
-				return false
-			}
-		}
-		return true
-	}, 30*time.Second, 50*time.Millisecond, "the cluster never formed")
-	return nodes
-}
-
-// nameOn returns a lock name whose slot is served by node.
-func nameOn(t *testing.T, node *testenv.Redis, prefix string) string {
+// nameOn returns a lock name whose key the given master serves.
+func nameOn(t *testing.T, c *testenv.Cluster, master *testenv.ClusterNode, prefix string) string {
 	t.Helper()
 	ctx := ctxT(t)
 	for i := 0; i < 1000; i++ {
 		name := fmt.Sprintf("job-%d", i)
-		slot, err := node.Client().ClusterKeySlot(ctx, lockKey(prefix, name)).Result()
+		m, err := c.MasterFor(ctx, lockKey(prefix, name))
 		require.NoError(t, err)
-		slots, err := node.Client().ClusterSlots(ctx).Result()
-		require.NoError(t, err)
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && s.Nodes[0].Addr == node.Addr {
-				return name
-			}
+		if m.Addr == master.Addr {
+			return name
 		}
 	}
-	t.Fatal("no name maps to the node")
+	t.Fatal("no name maps to the master")
 	return ""
 }
 
-// On a two-master cluster fencectl follows MOVED (a name on the other
-// master), repairs there, and doctor checks every master.
+// On a two-master cluster (one replica each) fencectl follows MOVED (a name
+// on the other master), repairs there, and doctor checks every master.
 func TestCluster(t *testing.T) {
 	ctx := ctxT(t)
-	nodes := newCluster(t, 2)
+	c := testenv.NewRedisCluster(t, testenv.WithMasters(2), testenv.WithReplicas(1))
+	nodes := c.Nodes // the two masters first, then their replicas
 	db := migratedDB(t)
-	far := nameOn(t, nodes[1], "fence:")
+	far := nameOn(t, c, nodes[1], "fence:")
 	_, err := db.Pool.Exec(ctx, `INSERT INTO fencelock.fence (resource, token, holder) VALUES ($1, 9000000000000000, 'old')`, far)
 	require.NoError(t, err)
 
@@ -338,6 +308,7 @@ func TestCluster(t *testing.T) {
 	assert.Contains(t, out, "on "+nodes[1].Addr, "the clock of the master that owns the name")
 	lits := doctorLiterals(nil, db)
 	lits[nodes[0].Addr], lits[nodes[1].Addr] = "NODE_SEED", "NODE_OTHER"
+	lits[nodes[2].Addr], lits[nodes[3].Addr] = "REPLICA_1", "REPLICA_2"
 	lits[far] = "FARNAME"
 	golden(t, "cluster", normalize(out, lits))
 
@@ -362,3 +333,23 @@ func TestDoctorClusterState(t *testing.T) {
 	assert.Contains(t, verdicts(out)["FAIL"], "redis.cluster", out)
 	golden(t, "cluster_state", normalize(out, doctorLiterals(r, nil)))
 }
+
+// A master that is down: one failing line for it (not one per check), the
+// cluster state fails on the live one, and doctor neither hangs nor skips.
+func TestDoctorClusterMasterDown(t *testing.T) {
+	ctx := ctxT(t)
+	c := testenv.NewRedisCluster(t, testenv.WithMasters(2), testenv.WithReplicas(0))
+	live, dead := c.Nodes[0], c.Nodes[1]
+	require.NoError(t, dead.Kill())
+	require.Eventually(t, func() bool {
+		info, err := live.Client().ClusterInfo(ctx).Result()
+		return err == nil && strings.Contains(info, "cluster_state:fail")
+	}, 30*time.Second, 50*time.Millisecond, "the live master never saw the other fail")
+
+	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", live.Addr, "--timeout", "3s")
+	assert.Equal(t, exitFailed, code, errOut)
+	assert.Equal(t, []string{"redis.cluster", "redis.cluster"}, verdicts(out)["FAIL"], out)
+	assert.Contains(t, out, "node "+dead.Addr+": a master that does not answer")
+	golden(t, "cluster_master_down", normalize(out, map[string]string{live.Addr: "NODE_LIVE", dead.Addr: "NODE_DEAD"}))
+}
+
