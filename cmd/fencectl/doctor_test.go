@@ -352,4 +352,3 @@ func TestDoctorClusterMasterDown(t *testing.T) {
 	assert.Contains(t, out, "node "+dead.Addr+": a master that does not answer")
 	golden(t, "cluster_master_down", normalize(out, map[string]string{live.Addr: "NODE_LIVE", dead.Addr: "NODE_DEAD"}))
 }
-
