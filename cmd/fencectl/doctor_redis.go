@@ -136,13 +136,21 @@ func configGet(ctx context.Context, n *redis.Client, key string) (string, error)
 }
 
 func (d *doctor) checkEviction(ctx context.Context, n *redis.Client, label string) {
-	policy, err := configGet(ctx, n, "maxmemory-policy")
-	if err != nil {
-		d.warn("redis.eviction", nodeLabel(label)+"maxmemory-policy not readable ("+oneLine(err)+")",
-			"check it is noeviction in your provider's settings, or run doctor as a user allowed CONFIG GET")
-		return
+	// INFO memory (what fence itself reads) needs less privilege than CONFIG.
+	var policy, maxmem string
+	if info, err := n.Info(ctx, "memory").Result(); err == nil {
+		f := infoFields(info)
+		policy, maxmem = f["maxmemory_policy"], f["maxmemory"]
 	}
-	maxmem, _ := configGet(ctx, n, "maxmemory")
+	if policy == "" {
+		var err error
+		if policy, err = configGet(ctx, n, "maxmemory-policy"); err != nil {
+			d.warn("redis.eviction", nodeLabel(label)+"maxmemory-policy not readable (INFO and CONFIG refused: "+oneLine(err)+")",
+				"check it is noeviction in your provider's settings, or run doctor as a user allowed INFO")
+			return
+		}
+		maxmem, _ = configGet(ctx, n, "maxmemory")
+	}
 	ev := fmt.Sprintf("%smaxmemory-policy %s, maxmemory %s", nodeLabel(label), policy, orUnknown(maxmem))
 	fix := "CONFIG SET maxmemory-policy noeviction (and set it in redis.conf or the provider's parameters)"
 	switch {
@@ -226,10 +234,13 @@ func (d *doctor) checkClock(ctx context.Context, n *redis.Client, label string) 
 }
 
 // aclNeed is one command fence sends (or runs inside a script) with the
-// keys and channels it touches.
+// keys and channels it touches. Optional ones cost only speed when denied:
+// without PUBLISH or SUBSCRIBE a release still succeeds, and waiters wake
+// at the lock's expiry instead of at once.
 type aclNeed struct {
-	label string
-	args  []any
+	label    string
+	args     []any
+	optional bool
 }
 
 func aclNeeds(prefix string, cluster bool) []aclNeed {
@@ -242,31 +253,32 @@ func aclNeeds(prefix string, cluster bool) []aclNeed {
 		pub, sub = "SPUBLISH", "SSUBSCRIBE"
 	}
 	needs := []aclNeed{
-		{"EVALSHA", []any{"EVALSHA", sha, 2, k, seq}},
-		{"EVAL", []any{"EVAL", "return 1", 2, k, seq}},
-		{"SCRIPT LOAD", []any{"SCRIPT", "LOAD", "return 1"}},
-		{"GET", []any{"GET", k}},
-		{"SET", []any{"SET", k, "1:x", "PX", 1000}},
-		{"PEXPIRE", []any{"PEXPIRE", k, 1000}},
-		{"PTTL", []any{"PTTL", k}},
-		{"DEL", []any{"DEL", k}},
-		{"TIME", []any{"TIME"}},
-		{pub, []any{pub, ch, "x"}},
-		{sub, []any{sub, ch}},
+		{label: "EVALSHA", args: []any{"EVALSHA", sha, 2, k, seq}},
+		{label: "EVAL", args: []any{"EVAL", "return 1", 2, k, seq}},
+		{label: "GET", args: []any{"GET", k}},
+		{label: "SET", args: []any{"SET", k, "1:x", "PX", 1000}},
+		{label: "PEXPIRE", args: []any{"PEXPIRE", k, 1000}},
+		{label: "PTTL", args: []any{"PTTL", k}},
+		{label: "DEL", args: []any{"DEL", k}},
+		{label: "TIME", args: []any{"TIME"}},
+		{label: pub, args: []any{pub, ch, "x"}, optional: true},
+		{label: sub, args: []any{sub, ch}, optional: true},
 	}
 	if cluster {
-		needs = append(needs, aclNeed{"CLUSTER SLOTS", []any{"CLUSTER", "SLOTS"}})
+		needs = append(needs, aclNeed{label: "CLUSTER SLOTS", args: []any{"CLUSTER", "SLOTS"}})
 	}
 	return needs
 }
 
 func aclFix(user, prefix string, cluster bool) string {
-	cmds := "+evalsha +eval +script|load +get +set +pexpire +pttl +del +time +publish +subscribe"
+	cmds := "+evalsha +eval +get +set +pexpire +pttl +del +time +publish +subscribe"
 	if cluster {
-		cmds = "+evalsha +eval +script|load +get +set +pexpire +pttl +del +time +spublish +ssubscribe +cluster|slots"
+		cmds = "+evalsha +eval +get +set +pexpire +pttl +del +time +spublish +ssubscribe +cluster|slots"
 	}
 	return fmt.Sprintf("ACL SETUSER %s %s ~%s* &%s* (on every node)", user, cmds, prefix, prefix)
 }
+
+const slowWake = "releases still work, but waiters wake at the lock's expiry instead of at once"
 
 func isNoPerm(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOPERM") }
 
@@ -274,8 +286,26 @@ func isUnknownCommand(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "unknown command") || strings.Contains(err.Error(), "unknown subcommand"))
 }
 
-func (d *doctor) checkACL(ctx context.Context, rc *redisConn, n *redis.Client, label string) {
+// aclVerdict reports denied required and optional commands.
+func (d *doctor) aclVerdict(label, who, how string, denied, deniedOptional []string, user string, cluster bool) {
 	prefix := d.a.prefix
+	fix := aclFix(orDefault(user, "<user>"), prefix, cluster)
+	switch {
+	case len(denied) > 0:
+		ev := fmt.Sprintf("%s%s may not run what fence needs (%s): %s", nodeLabel(label), who, how, strings.Join(denied, "; "))
+		if len(deniedOptional) > 0 {
+			ev += fmt.Sprintf("; nor %s (%s)", strings.Join(deniedOptional, "; "), slowWake)
+		}
+		d.fail("redis.acl", ev, fix)
+	case len(deniedOptional) > 0:
+		d.warn("redis.acl", fmt.Sprintf("%s%s may run the scripts, but not %s (%s): %s", nodeLabel(label), who, how,
+			strings.Join(deniedOptional, "; "), slowWake), fix)
+	default:
+		d.ok("redis.acl", fmt.Sprintf("%s%s may run every command fence uses on keys and channels %s* (%s)", nodeLabel(label), who, prefix, how))
+	}
+}
+
+func (d *doctor) checkACL(ctx context.Context, rc *redisConn, n *redis.Client, label string) {
 	user := d.aclUser
 	if user == "" {
 		who, err := n.Do(ctx, "ACL", "WHOAMI").Text()
@@ -287,27 +317,25 @@ func (d *doctor) checkACL(ctx context.Context, rc *redisConn, n *redis.Client, l
 			user = who
 		}
 	}
-	needs := aclNeeds(prefix, rc.cluster)
 	if user != "" {
-		var denied []string
+		var denied, deniedOptional []string
 		var dryErr error
-		for _, nd := range needs {
+		for _, nd := range aclNeeds(d.a.prefix, rc.cluster) {
 			res, err := n.Do(ctx, append([]any{"ACL", "DRYRUN", user}, nd.args...)...).Text()
 			if err != nil {
 				dryErr = err
 				break
 			}
-			if res != "OK" {
+			switch {
+			case res == "OK":
+			case nd.optional:
+				deniedOptional = append(deniedOptional, nd.label+" ("+res+")")
+			default:
 				denied = append(denied, nd.label+" ("+res+")")
 			}
 		}
 		if dryErr == nil {
-			if len(denied) > 0 {
-				d.fail("redis.acl", fmt.Sprintf("%suser %q may not run what fence needs (ACL DRYRUN): %s", nodeLabel(label), user, strings.Join(denied, "; ")),
-					aclFix(user, prefix, rc.cluster))
-				return
-			}
-			d.ok("redis.acl", fmt.Sprintf("%suser %q may run every command fence needs on keys and channels %s* (ACL DRYRUN)", nodeLabel(label), user, prefix))
+			d.aclVerdict(label, fmt.Sprintf("user %q", user), "ACL DRYRUN", denied, deniedOptional, user, rc.cluster)
 			return
 		}
 		if d.aclUser != "" {
@@ -325,13 +353,14 @@ func (d *doctor) checkACL(ctx context.Context, rc *redisConn, n *redis.Client, l
 // user, on a name no application uses. It cannot try the writes inside
 // scripts without writing, and says so.
 func (d *doctor) probeACL(ctx context.Context, rc *redisConn, user, label string) {
-	prefix := d.a.prefix
-	k := lockKey(prefix, "fencectl-doctor")
+	k := lockKey(d.a.prefix, "fencectl-doctor")
 	seq, ch := k+":seq", k+":ch"
-	var denied, other []string
-	try := func(what string, err error) {
+	var denied, deniedOptional, other []string
+	try := func(what string, optional bool, err error) {
 		switch {
 		case err == nil || err == redis.Nil:
+		case isNoPerm(err) && optional:
+			deniedOptional = append(deniedOptional, what)
 		case isNoPerm(err):
 			denied = append(denied, what)
 		default:
@@ -340,45 +369,36 @@ func (d *doctor) probeACL(ctx context.Context, rc *redisConn, user, label string
 	}
 	// On a cluster the cluster client routes each probe to the key's node.
 	r := rc.rdb
-	sha, err := r.ScriptLoad(ctx, "return 1").Result()
-	try("SCRIPT LOAD", err)
-	if err == nil {
-		try("EVALSHA", r.EvalSha(ctx, sha, []string{k, seq}).Err())
-	}
-	try("EVAL with GET, PTTL, TIME inside", r.Eval(ctx,
-		"redis.call('PTTL', KEYS[1]); redis.call('GET', KEYS[2]); redis.call('TIME'); return 1", []string{k, seq}).Err())
+	const probe = "redis.call('PTTL', KEYS[1]); redis.call('GET', KEYS[2]); redis.call('TIME'); return 1"
+	script := redis.NewScript(probe)
+	try("EVAL with GET, PTTL, TIME inside", false, r.Eval(ctx, probe, []string{k, seq}).Err())
+	try("EVALSHA", false, r.EvalSha(ctx, script.Hash(), []string{k, seq}).Err())
 	var sub *redis.PubSub
+	pub, subName := "PUBLISH", "SUBSCRIBE"
 	if rc.cluster {
-		try("SPUBLISH", r.SPublish(ctx, ch, "fencectl doctor").Err())
+		pub, subName = "SPUBLISH", "SSUBSCRIBE"
+		try(pub, true, r.SPublish(ctx, ch, "fencectl doctor").Err())
 		sub = r.SSubscribe(ctx, ch)
 	} else {
-		try("PUBLISH", r.Publish(ctx, ch, "fencectl doctor").Err())
+		try(pub, true, r.Publish(ctx, ch, "fencectl doctor").Err())
 		sub = r.Subscribe(ctx, ch)
 	}
 	sctx, cancel := context.WithTimeout(ctx, d.a.timeout)
-	_, err = sub.Receive(sctx)
+	_, err := sub.Receive(sctx)
 	cancel()
 	_ = sub.Close()
-	if rc.cluster {
-		try("SSUBSCRIBE", err)
-	} else {
-		try("SUBSCRIBE", err)
-	}
+	try(subName, true, err)
 	who := "the connected user"
 	if user != "" {
 		who = fmt.Sprintf("user %q", user)
 	}
-	switch {
-	case len(denied) > 0:
-		d.fail("redis.acl", fmt.Sprintf("%s%s is refused (NOPERM): %s", nodeLabel(label), who, strings.Join(denied, ", ")),
-			aclFix(orDefault(user, "<user>"), prefix, rc.cluster))
-	case len(other) > 0:
+	if len(other) > 0 && len(denied) == 0 {
 		d.warn("redis.acl", fmt.Sprintf("%s%s: probes failed: %s", nodeLabel(label), who, strings.Join(other, "; ")),
 			"check the errors above")
-	default:
-		d.ok("redis.acl", fmt.Sprintf("%s%s may load and run scripts, publish and subscribe on %s* (tried; ACL DRYRUN is not allowed to this user, so the writes inside scripts were not checked: use --acl-user with an admin address)",
-			nodeLabel(label), who, prefix))
+		return
 	}
+	d.aclVerdict(label, who, "tried, since ACL DRYRUN is not allowed to this user; writes inside scripts not tried: --acl-user from an admin address checks them",
+		denied, deniedOptional, user, rc.cluster)
 }
 
 func orDefault(s, def string) string {

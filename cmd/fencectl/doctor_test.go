@@ -229,19 +229,29 @@ func TestDoctorACLProbe(t *testing.T) {
 	golden(t, "acl_probe", normalize(out, doctorLiterals(r, nil)))
 }
 
-// An admin checks the application's user with --acl-user (ACL DRYRUN).
+// An admin checks the application's user with --acl-user (ACL DRYRUN): a
+// user without EVAL fails; one without PUBLISH and SUBSCRIBE only slows
+// waiters down, a warning.
 func TestDoctorACLDryRun(t *testing.T) {
 	ctx := ctxT(t)
 	r := testenv.NewRedisServer(t)
-	require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", "app", "on", ">"+redisSecret, "~fence:*", "&fence:*", "+@all", "-publish").Err())
+	require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", "app", "on", ">"+redisSecret, "~fence:*", "&fence:*", "+@all", "-eval", "-publish").Err())
+	require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", "quiet", "on", ">"+redisSecret, "~fence:*", "&fence:*", "+@all", "-publish", "-subscribe").Err())
+
 	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--acl-user", "app")
 	assert.Equal(t, exitFailed, code, errOut)
 	assert.Equal(t, []string{"redis.acl"}, verdicts(out)["FAIL"], out)
-	assert.Contains(t, out, `user "app" may not run what fence needs (ACL DRYRUN): PUBLISH`)
+	assert.Contains(t, out, `user "app" may not run what fence needs (ACL DRYRUN): EVAL (`)
+	assert.Contains(t, out, "nor PUBLISH")
 	golden(t, "acl_dryrun", normalize(out, doctorLiterals(r, nil)))
 
-	// The same user's keys outside the prefix: ACL DRYRUN sees it too.
-	code, out, _ = fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--acl-user", "app", "--prefix", "other:")
+	code, out, errOut = fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--acl-user", "quiet")
+	assert.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, verdicts(out)["warn"], "redis.acl", out)
+	assert.Contains(t, out, "waiters wake at the lock's expiry")
+
+	// Keys outside the user's pattern: ACL DRYRUN sees it too.
+	code, out, _ = fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--acl-user", "quiet", "--prefix", "other:")
 	assert.Equal(t, exitFailed, code)
 	assert.Contains(t, out, "EVALSHA (")
 }

@@ -175,6 +175,10 @@ func (a *app) release(ctx context.Context, rc *redisConn, locks *fence.Client, n
 	if n == 0 {
 		return fmt.Errorf("release %s: the lock changed since it was shown (released, expired or taken again): nothing deleted; inspect it again", name)
 	}
-	fmt.Fprintf(a.stdout, "released %s (was held by %s, token %d); waiters were woken\n", name, info.Holder, info.Token)
+	woken := "waiters were woken"
+	if n == 2 {
+		woken = "waiters were not woken (this user may not PUBLISH): they take it at their next retry"
+	}
+	fmt.Fprintf(a.stdout, "released %s (was held by %s, token %d); %s\n", name, info.Holder, info.Token, woken)
 	return nil
 }

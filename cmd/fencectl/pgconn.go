@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -86,8 +87,12 @@ var errSchemaMissing = errors.New("the fencelock schema is not installed in this
 // schemaError turns "relation fencelock.x does not exist" into the fix.
 func schemaError(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+	switch {
+	case errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000"):
 		return errSchemaMissing
+	case errors.As(err, &pgErr) && pgErr.Code == "42501":
+		// The application role has EXECUTE on the functions only.
+		return fmt.Errorf("%w: fencectl reads (and prunes) the fencelock tables directly: run it as the schema's owner, or GRANT SELECT (DELETE to prune) ON fencelock's tables to this role", err)
 	}
 	return err
 }
