@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,4 +222,30 @@ INSERT INTO fencelock.applied (resource, key, token, applied_at) VALUES
 	assert.Equal(t, 1, n)
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM fencelock.fence`).Scan(&n))
 	assert.Zero(t, n, "tokens are never pruned")
+}
+
+// A role with only what the application needs (EXECUTE on the functions)
+// cannot read the tables: fencectl says which grant is missing.
+func TestTablesNeedGrant(t *testing.T) {
+	ctx := ctxT(t)
+	db := migratedDB(t)
+	role := "app_" + strings.ReplaceAll(db.Name, "-", "_")
+	for _, q := range []string{
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`GRANT USAGE ON SCHEMA fencelock TO ` + role,
+		`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO ` + role,
+	} {
+		_, err := db.Pool.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	u := strings.Replace(db.URL, "postgres://postgres@", "postgres://"+role+"@", 1)
+	code, _, errOut := fencectl(t, "tokens", "show", "--db", u)
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, errOut, "permission denied")
+	assert.Contains(t, errOut, "GRANT SELECT")
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 }
