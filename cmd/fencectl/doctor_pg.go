@@ -43,7 +43,12 @@ func (d *doctor) checkMigrations(ctx context.Context, db *dbConn) {
 	sdb := db.sqlDB()
 	defer sdb.Close()
 	st, err := migrations.Status(ctx, sdb)
-	if err != nil {
+	switch {
+	case errors.Is(err, migrations.ErrUnrecorded), errors.Is(err, migrations.ErrRecordedMissing):
+		// The error names the difference and the fix.
+		d.fail("migrations", oneLine(err), "the step the evidence names, then 'fencectl migrate status'")
+		return
+	case err != nil:
 		d.fail("migrations", "cannot read the version table "+migrations.VersionTable+": "+oneLine(err),
 			"check the user may read it; 'fencectl migrate status' shows the same")
 		return
@@ -63,7 +68,17 @@ func (d *doctor) checkMigrations(ctx context.Context, db *dbConn) {
 	var schema bool
 	_ = db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'fencelock')`).Scan(&schema)
 	total := len(applied) + len(pending)
+	// Status reports a schema installed without our version table (the goose
+	// CLI without -table) as applied when it matches; Up records it.
+	var recorded int
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM `+migrations.VersionTable+` WHERE version_id > 0 AND is_applied`).Scan(&recorded); err != nil {
+		recorded = 0
+	}
 	switch {
+	case len(pending) == 0 && recorded < len(applied):
+		d.warn("migrations", fmt.Sprintf("%d of %d applied, but %s records %d of them (installed with the goose CLI without -table?)",
+			len(applied), total, migrations.VersionTable, recorded),
+			"fencectl migrate up --db \"$DATABASE_URL\" (records them; changes nothing else)")
 	case len(pending) == 0:
 		d.ok("migrations", fmt.Sprintf("%d of %d applied (latest %s), recorded in %s", len(applied), total, applied[len(applied)-1], migrations.VersionTable))
 	case len(applied) == 0 && schema:

@@ -362,3 +362,24 @@ func TestDoctorClusterMasterDown(t *testing.T) {
 	assert.Contains(t, out, "node "+dead.Addr+": a master that does not answer")
 	golden(t, "cluster_master_down", normalize(out, map[string]string{live.Addr: "NODE_LIVE", dead.Addr: "NODE_DEAD"}))
 }
+
+// A schema whose versions are not recorded in fencelock_db_version (the
+// goose CLI without -table) is a warning naming the fix; migrate up records
+// it, and doctor is then clean.
+func TestDoctorUnrecordedSchema(t *testing.T) {
+	ctx := ctxT(t)
+	r := testenv.NewRedisServer(t)
+	db := migratedDB(t)
+	_, err := db.Pool.Exec(ctx, `DELETE FROM `+migrations.VersionTable+` WHERE version_id > 0`)
+	require.NoError(t, err)
+	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--db", db.URL)
+	assert.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, verdicts(out)["warn"], "migrations", out)
+	assert.Contains(t, out, "records 0 of them")
+
+	code, _, errOut = fencectl(t, "migrate", "up", "--db", db.URL)
+	require.Equal(t, exitOK, code, errOut)
+	code, out, _ = fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--db", db.URL)
+	assert.Equal(t, exitOK, code)
+	assert.NotContains(t, verdicts(out)["warn"], "migrations", out)
+}
