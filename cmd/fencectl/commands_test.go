@@ -249,3 +249,24 @@ func TestTablesNeedGrant(t *testing.T) {
 	assert.Contains(t, errOut, "GRANT SELECT")
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 }
+
+// migrate down refuses while a table is protected, naming it; --force drops
+// the trigger too.
+func TestMigrateDownProtected(t *testing.T) {
+	ctx := ctxT(t)
+	db := migratedDB(t)
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE stock (sku text PRIMARY KEY, qty int)`)
+	require.NoError(t, err)
+	store, err := pgfence.New(db.Pool)
+	require.NoError(t, err)
+	require.NoError(t, store.Protect(ctx, "stock", pgfence.ForResource("stock-sync:eu")))
+
+	code, _, errOut := fencectl(t, "migrate", "down", "--db", db.URL)
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, errOut, "stock")
+	code, _, errOut = fencectl(t, "migrate", "down", "--force", "--db", db.URL)
+	require.Equal(t, exitOK, code, errOut)
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'stock'::regclass AND NOT tgisinternal`).Scan(&n))
+	assert.Zero(t, n, "the protect trigger is gone")
+}

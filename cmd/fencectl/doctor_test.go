@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -39,6 +40,8 @@ var normalizers = []struct {
 	{regexp.MustCompile(`\b\d+ of \d+ applied`), "N of N applied"},
 	{regexp.MustCompile(`\b\d+_[\w-]+\.sql\b`), "MIGRATION.sql"},
 	{regexp.MustCompile(`\b\d{10,}\b`), "BIGNUM"},
+	{regexp.MustCompile(`server process(es)? \d+( and \d+)?`), "server process PID"},
+	{regexp.MustCompile(`port \d+ was dialled, the server listens on \d+`), "port N was dialled, the server listens on M"},
 	// How a missing migration reads depends on how many exist (the fixture
 	// removes the newest from the version table): asserted separately.
 	{regexp.MustCompile(`(?m)^(FAIL  migrations\s+).*\n(\s+fix: ).*$`), "${1}(MIGRATIONS)\n${2}(MIGRATIONS)"},
@@ -382,4 +385,36 @@ func TestDoctorUnrecordedSchema(t *testing.T) {
 	code, out, _ = fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--db", db.URL)
 	assert.Equal(t, exitOK, code)
 	assert.NotContains(t, verdicts(out)["warn"], "migrations", out)
+}
+
+// Through PgBouncer in transaction mode: doctor sees the pooler (two
+// sessions on one server process) and fails while the address leaves pgx's
+// exec mode at cache_statement; with default_query_exec_mode=exec it is ok.
+func TestDoctorTransactionPooler(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	db := testenv.NewDBViaPgBouncer(t)
+	code, _, errOut := fencectl(t, "migrate", "up", "--db", db.DirectURL)
+	require.Equal(t, exitOK, code, errOut)
+	guardedResource(t, r, db, "stock-sync:eu")
+
+	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--db", db.URL, "--prefix", r.Prefix)
+	assert.Equal(t, exitFailed, code, errOut)
+	assert.Equal(t, []string{"postgres.pooler"}, verdicts(out)["FAIL"], out)
+	assert.Contains(t, out, "a transaction pooler sits in between")
+	assert.Contains(t, out, "default_query_exec_mode=exec")
+	lits := doctorLiterals(r, db)
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	lits[u.Host] = "PGBOUNCER_ADDR"
+	golden(t, "pooler", normalize(out, lits))
+
+	code, out, errOut = fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--db", db.URL+"&default_query_exec_mode=exec", "--prefix", r.Prefix)
+	assert.Equal(t, exitOK, code, out+errOut)
+	assert.Contains(t, out, "the address's exec mode exec works through it")
+
+	// migrate refuses the pooler: goose's lock is a session lock.
+	code, _, errOut = fencectl(t, "migrate", "up", "--db", db.URL)
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, errOut, "transaction pooler")
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 }
