@@ -65,7 +65,12 @@ func (s *suite[Tx]) commitOrder(t *testing.T) {
 					}
 				}
 				time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond)
+				// A pause inside fn, before the counter row is locked, lets
+				// newer holders begin and commit while this one is open:
+				// only the store's check at commit keeps the order then.
+				pause := time.Duration(rng.IntN(1000)) * time.Microsecond
 				_, err := guard.Exec(ctx, store, l, func(ctx context.Context, tx Tx) error {
+					time.Sleep(pause)
 					n, err := s.db.TxQueryInt(ctx, tx, "UPDATE "+counters+" SET n = n + 1 WHERE resource = $1 RETURNING n", res)
 					if err != nil {
 						return err
