@@ -17,7 +17,7 @@ import (
 // failing finding) when Redis is unreachable, an error only for a bad
 // command line.
 func (d *doctor) checkRedis(ctx context.Context) (*redisConn, error) {
-	rc, err := openRedis(ctx, d.a.redis(), d.a.timeout)
+	rc, err := openRedis(ctx, d.a.redis(), d.a.sentinelMaster, d.a.timeout)
 	if isUsage(err) {
 		return nil, err
 	}

@@ -418,3 +418,29 @@ func TestDoctorTransactionPooler(t *testing.T) {
 	assert.Contains(t, errOut, "transaction pooler")
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 }
+
+// A Sentinel's address leads to the master it monitors: locks are read and
+// doctor checks that master.
+func TestSentinel(t *testing.T) {
+	ctx := ctxT(t)
+	s := testenv.NewSentinel(t)
+	master, err := s.Master(ctx)
+	require.NoError(t, err)
+	sentinel := s.SentinelAddrs()[0]
+
+	code, out, errOut := fencectl(t, "locks", "inspect", "job", "--redis", sentinel, "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, `"name": "job"`)
+
+	code, out, errOut = fencectlProc(t, nil, "doctor", "--redis", sentinel)
+	assert.Equal(t, exitOK, code, out+errOut)
+	assert.Contains(t, out, `master "`+testenv.SentinelMasterName+`" of a Sentinel, at `+sentinel)
+	assert.Contains(t, out, "1 replicas, WAIT works", "the checks ran on the master, which has the replica")
+
+	code, _, errOut = fencectl(t, "locks", "inspect", "job", "--redis", sentinel, "--sentinel-master", "nope")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, `monitors "`+testenv.SentinelMasterName+`"`)
+	code, _, errOut = fencectl(t, "locks", "inspect", "job", "--redis", master.Addr, "--sentinel-master", "x")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "is not a Sentinel")
+}

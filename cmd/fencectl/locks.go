@@ -88,7 +88,7 @@ holder and token shown.`,
 }
 
 func (a *app) openLocks(ctx context.Context) (*redisConn, *fence.Client, error) {
-	rc, err := openRedis(ctx, a.redis(), a.timeout)
+	rc, err := openRedis(ctx, a.redis(), a.sentinelMaster, a.timeout)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -70,6 +70,7 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	redisAddr      string
+	sentinelMaster string
 	dbAddr         string
 	prefix         string
 	output         string
@@ -137,7 +138,8 @@ locks and tokens, prunes old idempotency keys and runs, and checks a
 deployment (doctor).
 
 Addresses are URLs or host:port: --redis (or $REDIS_URL) and --db (or
-$DATABASE_URL). A Redis Cluster is detected and handled as one. Passwords
+$DATABASE_URL). A Redis Cluster is detected and handled as one (any node
+will do); a Sentinel's address leads to the master it monitors. Passwords
 are never printed. Read commands print JSON with -o json.`,
 		Version:           versionString(),
 		SilenceErrors:     true,
@@ -189,6 +191,7 @@ func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 func (a *app) redisFlag(c *cobra.Command) {
 	c.Flags().StringVar(&a.redisAddr, "redis", "", "Redis address: host:port or redis[s]://[user:password@]host:port[/db] (default $REDIS_URL)")
 	c.Flags().StringVar(&a.prefix, "prefix", "fence:", "key prefix the locks were created with (fence.WithPrefix)")
+	c.Flags().StringVar(&a.sentinelMaster, "sentinel-master", "", "when --redis is a Sentinel: the master to use (default: the only one it monitors)")
 }
 
 func (a *app) dbFlag(c *cobra.Command) {

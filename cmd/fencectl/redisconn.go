@@ -21,14 +21,16 @@ func (silentLogger) Printf(context.Context, string, ...any) {}
 
 func init() { redis.SetLogger(silentLogger{}) }
 
-// redisConn is an open connection to a standalone Redis or a Redis Cluster.
+// redisConn is an open connection to a standalone Redis, a Redis Cluster,
+// or the master a Sentinel names.
 type redisConn struct {
-	rdb     redis.UniversalClient
-	cluster bool
-	display string // the address as given, password redacted
-	seed    string // host:port dialled first
-	version string // redis_version, or "" when the server does not say
-	role    string // master or replica (standalone), "" when unknown
+	rdb      redis.UniversalClient
+	cluster  bool
+	sentinel string // the master's name when reached through a Sentinel
+	display  string // the address as given, password redacted
+	seed     string // host:port dialled first
+	version  string // redis_version, or "" when the server does not say
+	role     string // master or replica (standalone), "" when unknown
 }
 
 // parseRedisAddr accepts redis://, rediss:// and unix:// URLs, or a bare
@@ -49,7 +51,7 @@ func parseRedisAddr(s string) (*redis.Options, error) {
 // openRedis connects to addr and finds out whether it is a cluster node; on a
 // cluster it returns a ClusterClient seeded with addr, which follows MOVED
 // and ASK redirections and can reach every master.
-func openRedis(ctx context.Context, addr string, timeout time.Duration) (*redisConn, error) {
+func openRedis(ctx context.Context, addr, sentinelMaster string, timeout time.Duration) (*redisConn, error) {
 	if addr == "" {
 		return nil, usageErrorf("no Redis: give --redis host:port|URL or set REDIS_URL")
 	}
@@ -72,7 +74,45 @@ func openRedis(ctx context.Context, addr string, timeout time.Duration) (*redisC
 		return nil, &unreachableError{what: "Redis", addr: display, err: err}
 	}
 	c := &redisConn{display: display, seed: opts.Addr}
-	c.version, c.role, c.cluster = serverInfo(pctx, probe)
+	var mode string
+	c.version, c.role, mode = serverInfo(pctx, probe)
+	c.cluster = mode == "cluster"
+	if mode == "sentinel" {
+		name, err := sentinelMasterName(pctx, probe, sentinelMaster, display)
+		_ = probe.Close()
+		if err != nil {
+			return nil, err
+		}
+		// The address's user and password serve for the sentinel (they just
+		// worked) and for the data nodes.
+		c.sentinel = name
+		c.rdb = redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:            name,
+			SentinelAddrs:         []string{opts.Addr},
+			SentinelUsername:      opts.Username,
+			SentinelPassword:      opts.Password,
+			Username:              opts.Username,
+			Password:              opts.Password,
+			DB:                    opts.DB,
+			TLSConfig:             opts.TLSConfig,
+			DialTimeout:           opts.DialTimeout,
+			ReadTimeout:           opts.ReadTimeout,
+			WriteTimeout:          opts.WriteTimeout,
+			ContextTimeoutEnabled: true,
+			MaxRetries:            -1,
+			PoolSize:              4,
+		})
+		if err := c.rdb.Ping(pctx).Err(); err != nil {
+			_ = c.rdb.Close()
+			return nil, &unreachableError{what: "the master " + name + " of the Sentinel", addr: display, err: err}
+		}
+		c.version, c.role, _ = serverInfo(pctx, c.rdb.(*redis.Client))
+		return c, nil
+	}
+	if sentinelMaster != "" {
+		_ = probe.Close()
+		return nil, usageErrorf("--sentinel-master %q: %s is not a Sentinel", sentinelMaster, display)
+	}
 	if !c.cluster {
 		c.rdb = probe
 		return c, nil
@@ -99,8 +139,9 @@ func openRedis(ctx context.Context, addr string, timeout time.Duration) (*redisC
 }
 
 // serverInfo asks HELLO (Redis 6+, allowed to every user) for the version,
-// role and mode; INFO is the fallback for older servers.
-func serverInfo(ctx context.Context, c *redis.Client) (version, role string, cluster bool) {
+// role and mode (standalone, cluster, sentinel); INFO is the fallback for
+// older servers.
+func serverInfo(ctx context.Context, c *redis.Client) (version, role, mode string) {
 	if m, err := c.Do(ctx, "HELLO").Result(); err == nil {
 		get := func(k string) string {
 			switch mm := m.(type) {
@@ -117,18 +158,71 @@ func serverInfo(ctx context.Context, c *redis.Client) (version, role string, clu
 			}
 			return ""
 		}
-		return get("version"), get("role"), get("mode") == "cluster"
+		return get("version"), get("role"), get("mode")
 	}
 	info, err := c.Info(ctx).Result()
 	if err != nil {
-		return "", "", false
+		return "", "", ""
 	}
 	f := infoFields(info)
 	role = f["role"]
 	if role == "slave" {
 		role = "replica"
 	}
-	return f["redis_version"], role, f["cluster_enabled"] == "1"
+	mode = f["redis_mode"]
+	if f["cluster_enabled"] == "1" {
+		mode = "cluster"
+	}
+	return f["redis_version"], role, mode
+}
+
+// sentinelMasterName picks the master to use from a Sentinel: the one
+// named, or the only one it monitors.
+func sentinelMasterName(ctx context.Context, c *redis.Client, want, display string) (string, error) {
+	res, err := c.Do(ctx, "SENTINEL", "MASTERS").Slice()
+	if err != nil {
+		return "", fmt.Errorf("%s is a Sentinel, and SENTINEL MASTERS failed: %w", display, err)
+	}
+	var names []string
+	for _, m := range res {
+		switch mm := m.(type) {
+		case map[any]any:
+			if n, ok := mm["name"].(string); ok {
+				names = append(names, n)
+			}
+		case []any:
+			for i := 0; i+1 < len(mm); i += 2 {
+				if mm[i] == "name" {
+					if n, ok := mm[i+1].(string); ok {
+						names = append(names, n)
+					}
+				}
+			}
+		}
+	}
+	switch {
+	case want != "":
+		for _, n := range names {
+			if n == want {
+				return n, nil
+			}
+		}
+		return "", usageErrorf("--sentinel-master %q: the Sentinel at %s monitors %s", want, display, strings.Join(quoteAll(names), ", "))
+	case len(names) == 1:
+		return names[0], nil
+	case len(names) == 0:
+		return "", fmt.Errorf("the Sentinel at %s monitors no master", display)
+	default:
+		return "", usageErrorf("the Sentinel at %s monitors several masters (%s): choose one with --sentinel-master", display, strings.Join(quoteAll(names), ", "))
+	}
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = fmt.Sprintf("%q", s)
+	}
+	return out
 }
 
 // infoFields parses INFO output into key -> value.
@@ -143,8 +237,11 @@ func infoFields(info string) map[string]string {
 }
 
 func (c *redisConn) mode() string {
-	if c.cluster {
+	switch {
+	case c.cluster:
 		return "cluster"
+	case c.sentinel != "":
+		return fmt.Sprintf("master %q of a Sentinel", c.sentinel)
 	}
 	return "standalone"
 }
