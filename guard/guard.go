@@ -226,12 +226,63 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	// is on its way is rejected by the store's claim if another holder has
 	// claimed since, and commits otherwise (no newer holder has written).
 	ended = true
-	if err := txn.Commit(parent); err != nil {
+	cctx, cancelCommit := commitContext(parent, lease)
+	defer cancelCommit()
+	if err := txn.Commit(cctx); err != nil {
 		// The lease may have been lost while the commit ran (it did not
 		// cancel it): say so, the caller's next step depends on it.
 		return Result{}, fail(err)
 	}
 	return Result{Resource: c.Resource, Token: c.Token, Holder: c.Holder, Key: c.Key}, nil
+}
+
+// CommitTimeout bounds a commit that is already on its way when the lease
+// is lost and the lease's loss cancels ctx (ctx derived from the lease's
+// own context, as with Exec(lock.Context(), ...)).
+const CommitTimeout = 30 * time.Second
+
+// commitContext is the context of the commit: parent, except that a
+// cancellation of parent caused by the lease's loss does not interrupt
+// it (that would cut a COMMIT in flight and make its outcome unknown; the
+// store decides). Such a commit is bounded by parent's deadline, if any,
+// and CommitTimeout.
+func commitContext(parent context.Context, lease Lease) (context.Context, context.CancelFunc) {
+	if _, ok := lease.(doner); !ok {
+		return parent, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	if dl, ok := parent.Deadline(); ok {
+		var cancelDl context.CancelFunc
+		ctx, cancelDl = context.WithDeadline(ctx, dl)
+		prev := cancel
+		cancel = func(cause error) { cancelDl(); prev(cause) }
+	}
+	var (
+		mu       sync.Mutex
+		capTimer *time.Timer
+		done     bool
+	)
+	stop := context.AfterFunc(parent, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case done:
+		case errors.Is(parent.Err(), context.Canceled) && leaseLost(lease, nil) != nil:
+			capTimer = time.AfterFunc(CommitTimeout, func() { cancel(context.DeadlineExceeded) })
+		default:
+			cancel(context.Cause(parent))
+		}
+	})
+	return ctx, func() {
+		stop()
+		mu.Lock()
+		done = true
+		if capTimer != nil {
+			capTimer.Stop()
+		}
+		mu.Unlock()
+		cancel(nil)
+	}
 }
 
 // rollback rolls txn back even when ctx is cancelled, without hanging on

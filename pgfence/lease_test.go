@@ -77,3 +77,38 @@ func TestLeaseLossIsNamed(t *testing.T) {
 	})
 	check(t, err, fence.ErrLockLost, "ignored")
 }
+
+// Exec under the lease's own context (lock.Context(), as the worker
+// does): the lease is lost while the commit is on the wire, which
+// cancels Exec's ctx too. The commit is not cut short (that would make
+// its outcome unknown): nobody newer claimed, so it commits, and Exec
+// says so.
+func TestLeaseContextLostWhileCommitInFlight(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	ctx := testCtx(t)
+	const oneWay = 100 * time.Millisecond
+	pool, proxy := proxiedPool(t, db)
+	proxy.Delay(oneWay)
+	s := newStore(t, pool)
+
+	lctx, lose := context.WithCancelCause(context.Background())
+	defer lose(nil)
+	l := ctxLease{lease{"r", 1, "h"}, lctx}
+	_, err := guard.Exec(lctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO stock (sku, qty, writer) VALUES ('x', 1, 'w')"); err != nil {
+			return err
+		}
+		time.AfterFunc(oneWay, func() { lose(errLeaseGone) })
+		return nil
+	})
+	require.Error(t, lctx.Err(), "the lease was lost before Exec returned")
+	if err != nil {
+		// Only if the machine stalled so long that the loss came before
+		// the commit was sent.
+		require.ErrorIs(t, err, guard.ErrLeaseLost)
+		require.NotErrorIs(t, err, guard.ErrUnknownOutcome)
+	}
+	checkInvariant(t, err, rowsBy(t, db.Pool, "w"))
+	_ = ctx
+}

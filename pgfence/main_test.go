@@ -2,6 +2,8 @@ package pgfence_test
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -97,3 +99,31 @@ func stockTable(t testing.TB, pool *pgxpool.Pool) {
 
 // testenvNewDB is a fresh database without the fencelock schema.
 func testenvNewDB(t testing.TB) *testenv.DB { return testenv.NewDB(t) }
+
+// proxiedPool is a one-connection pool to db through a fault proxy,
+// connected before it returns.
+func proxiedPool(t testing.TB, db *testenv.DB) (*pgxpool.Pool, *testenv.Proxy) {
+	t.Helper()
+	proxy, err := testenv.NewProxy(db.Server.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(proxy.Addr)
+	p, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := pool.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return pool, proxy
+}
