@@ -32,6 +32,7 @@ var scenarios = []scenario{
 	{"watchdog", "same job, the watchdog renews the lease while A works", true, false},
 	{"pause", "watchdog on; A is SIGSTOPped for 2x the lease mid-batch, then SIGCONTed", true, false},
 	{"partition", "watchdog on; A's Redis connection is blackholed for 2x the lease, then restored", true, true},
+	{"precommit", "watchdog on; A is SIGSTOPped just before a chunk's COMMIT goes out, after its last lease check, for 2x the lease", true, false},
 }
 
 // demoSettings scale the 30 s lease / 45 s job incident down to seconds.
@@ -71,7 +72,7 @@ type Result struct {
 
 func demoMain(args []string) int {
 	fs := flag.NewFlagSet("inventory-sync", flag.ContinueOnError)
-	only := fs.String("scenario", "", "run one scenario: overrun, watchdog, pause or partition")
+	only := fs.String("scenario", "", "run one scenario: overrun, watchdog, pause, partition or precommit")
 	s := demoSettings{out: os.Stdout}
 	fs.BoolVar(&s.jsonOnly, "json", false, "print only the JSON result")
 	fs.DurationVar(&s.lease, "lease", 1500*time.Millisecond, "lock lease (the incident's 30 s, scaled down)")
@@ -96,7 +97,7 @@ func demoMain(args []string) int {
 		}
 	}
 	if len(list) == 0 {
-		fmt.Fprintf(os.Stderr, "inventory-sync: unknown scenario %q (overrun, watchdog, pause, partition)\n", *only)
+		fmt.Fprintf(os.Stderr, "inventory-sync: unknown scenario %q (overrun, watchdog, pause, partition, precommit)\n", *only)
 		return exitUsage
 	}
 	exe, err := os.Executable()
@@ -243,11 +244,14 @@ func runScenario(ctx context.Context, s demoSettings, e *env, sc scenario, guard
 		redisForA = "redis://" + p.Addr
 	}
 	args := func(name, redisURL string) []string {
-		freeze := -1
+		freeze, freezeCommit := -1, -1
 		if sc.name == "pause" && name == "A" {
 			freeze = s.faultAfter
 		}
-		return []string{"-freeze-at-chunk", fmt.Sprint(freeze),
+		if sc.name == "precommit" && name == "A" {
+			freezeCommit = s.faultAfter
+		}
+		return []string{"-freeze-at-chunk", fmt.Sprint(freeze), "-freeze-before-commit-chunk", fmt.Sprint(freezeCommit),
 			"-run", runName, "-name", name, "-warehouse", warehouse, "-snapshot", snapshot,
 			"-lease", s.lease.String(), fmt.Sprintf("-watchdog=%v", sc.watchdog), fmt.Sprintf("-guard=%v", guardOn),
 			"-chunk-size", fmt.Sprint(s.chunkSize), "-chunk-delay", s.chunkDelay.String(),
@@ -274,9 +278,10 @@ func runScenario(ctx context.Context, s demoSettings, e *env, sc scenario, guard
 		_, _ = e.pool.Exec(context.Background(), `INSERT INTO sync_log (run, worker, event, detail) VALUES ($1, 'demo', 'fault', $2)`, runName, what)
 	}
 	switch sc.name {
-	case "pause":
+	case "pause", "precommit":
 		// A freezes itself with SIGSTOP in the middle of a chunk's
-		// transaction; the demo checks it is stopped and SIGCONTs it after
+		// transaction (pause) or just before its commit goes out
+		// (precommit); the demo checks it is stopped and SIGCONTs it after
 		// twice the lease.
 		if err := ev.waitFor(ctx, "A", "frozen", -1, 20*time.Second); err != nil {
 			return res, fmt.Errorf("%s: %w", runName, err)
@@ -285,7 +290,11 @@ func runScenario(ctx context.Context, s demoSettings, e *env, sc scenario, guard
 			return res, fmt.Errorf("%s: %w", runName, err)
 		}
 		hold := 2 * s.lease
-		logFault(fmt.Sprintf("A is SIGSTOPped mid-transaction for %v", hold))
+		where := "mid-transaction"
+		if sc.name == "precommit" {
+			where = "just before its COMMIT"
+		}
+		logFault(fmt.Sprintf("A is SIGSTOPped %s for %v", where, hold))
 		if err := sleepCtx(ctx, hold); err != nil {
 			return res, err
 		}

@@ -22,11 +22,11 @@ func TestMain(m *testing.M) {
 	testenv.Main(m)
 }
 
-// TestPauseScenario runs a shortened "pause" scenario with real worker
-// processes, a real SIGSTOP and real servers, and checks the outcome counted
-// in the database: without guard the paused worker's late writes duplicate
-// rows; with guard they are rejected and every SKU is written exactly once.
-func TestPauseScenario(t *testing.T) {
+// runShortScenario runs a shortened scenario with real worker processes,
+// real faults and real servers, and returns its guard-off and guard-on
+// results, counted in the database.
+func runShortScenario(t *testing.T, name string) (off, on Result, skus int) {
+	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	s := demoSettings{
@@ -40,25 +40,47 @@ func TestPauseScenario(t *testing.T) {
 	s.faultAfter = 3
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var pause scenario
-	for _, sc := range scenarios {
-		if sc.name == "pause" {
-			pause = sc
+	var sc scenario
+	for _, c := range scenarios {
+		if c.name == name {
+			sc = c
 		}
 	}
-	results, err := runDemo(ctx, s, []scenario{pause})
+	require.Equal(t, name, sc.name)
+	results, err := runDemo(ctx, s, []scenario{sc})
 	require.NoError(t, err)
 	require.Len(t, results, 2)
-
-	off, on := results[0], results[1]
+	off, on = results[0], results[1]
 	require.False(t, off.Guard)
 	require.True(t, on.Guard)
+	return off, on, s.skus
+}
+
+// The "pause" scenario: without guard the paused worker's late writes
+// duplicate rows; with guard they are rejected and every SKU is written
+// exactly once.
+func TestPauseScenario(t *testing.T) {
+	off, on, skus := runShortScenario(t, "pause")
 	assert.Positive(t, off.Duplicates, "guard off: the paused worker's late writes must duplicate rows")
 	assert.True(t, off.Overlap, "guard off: a stale holder's write must have committed")
 
 	assert.Zero(t, on.Duplicates, "guard on: no duplicate rows")
-	assert.Equal(t, int64(s.skus), on.Rows, "guard on: every SKU written exactly once")
+	assert.Equal(t, int64(skus), on.Rows, "guard on: every SKU written exactly once")
 	assert.Positive(t, on.StaleRejected, "guard on: the paused worker's late write must be rejected")
+	assert.False(t, on.Overlap, "guard on: no stale write may commit")
+}
+
+// The "precommit" scenario: A freezes after every client-side check, just
+// before its COMMIT goes out. Without guard that commit duplicates rows;
+// with guard Postgres itself refuses it (stale token).
+func TestPrecommitScenario(t *testing.T) {
+	off, on, skus := runShortScenario(t, "precommit")
+	assert.Positive(t, off.Duplicates, "guard off: the frozen worker's commit must duplicate rows")
+	assert.True(t, off.Overlap, "guard off: a stale holder's commit must have gone through")
+
+	assert.Zero(t, on.Duplicates, "guard on: no duplicate rows")
+	assert.Equal(t, int64(skus), on.Rows, "guard on: every SKU written exactly once")
+	assert.GreaterOrEqual(t, on.RejectedByDB, int64(1), "guard on: Postgres must refuse the frozen worker's commit")
 	assert.False(t, on.Overlap, "guard on: no stale write may commit")
 }
 

@@ -72,6 +72,7 @@ func workerMain(args []string) int {
 	fs.IntVar(&cfg.ChunkSize, "chunk-size", 100, "rows per write transaction")
 	fs.DurationVar(&cfg.ChunkDelay, "chunk-delay", 0, "time each chunk spends in a slow query before its write")
 	fs.IntVar(&cfg.FreezeAt, "freeze-at-chunk", -1, "stop this process with SIGSTOP in the middle of writing this chunk (demo fault)")
+	fs.IntVar(&cfg.FreezeBeforeCommitAt, "freeze-before-commit-chunk", -1, "stop this process with SIGSTOP just before this chunk's COMMIT goes out (demo fault)")
 	fs.StringVar(&cfg.RedisURL, "redis", os.Getenv("REDIS_URL"), "Redis URL (default $REDIS_URL)")
 	fs.StringVar(&cfg.DBURL, "db", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
 	if err := fs.Parse(args); err != nil {
@@ -91,7 +92,15 @@ func workerMain(args []string) int {
 	}
 	rdb := redis.NewClient(ropts)
 	defer rdb.Close()
-	pool, err := pgxpool.New(ctx, cfg.DBURL)
+	pcfg, err := pgxpool.ParseConfig(cfg.DBURL)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "inventory-sync worker: -db: %v\n", err)
+		return exitUsage
+	}
+	if cfg.FreezeBeforeCommitAt >= 0 {
+		pcfg.ConnConfig.DialFunc = dialFreezer(pcfg.ConnConfig.DialFunc)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "inventory-sync worker: -db: %v\n", err)
 		return exitUsage

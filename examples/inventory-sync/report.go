@@ -87,6 +87,9 @@ func printTimeline(ctx context.Context, out io.Writer, pool *pgxpool.Pool, runNa
 			text = fmt.Sprintf("%s chunk %d ROLLED BACK: lock lost mid-write", e.worker, e.chunk)
 		case "frozen":
 			text = fmt.Sprintf("%s frozen while writing chunk %d", e.worker, e.chunk)
+			if strings.Contains(e.detail, "COMMIT") {
+				text = fmt.Sprintf("%s frozen just before committing chunk %d", e.worker, e.chunk)
+			}
 		case "stopped_lock_lost":
 			text = fmt.Sprintf("%s stops: lock lost", e.worker)
 		case "fault":

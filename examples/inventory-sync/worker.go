@@ -1,17 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -38,6 +42,13 @@ type Config struct {
 	// the worst moment for a GC pause or a frozen VM. Something else must
 	// SIGCONT it. For the demo's "pause" scenario.
 	FreezeAt int
+	// FreezeBeforeCommitAt, when >= 0, makes the worker stop itself with
+	// SIGSTOP when that chunk's commit is about to go out: after fn
+	// returned and after guard's last look at the lease, just before the
+	// COMMIT round trip is written to the socket (a GC pause at the worst
+	// moment). Only the database can refuse that commit. For the demo's
+	// "precommit" scenario.
+	FreezeBeforeCommitAt int
 }
 
 // row is one SKU quantity of the source snapshot.
@@ -251,6 +262,10 @@ func (w *Worker) writeChunk(ctx context.Context, tx pgx.Tx, token int64, chunk i
 		w.event(token, "frozen", chunk, "SIGSTOP in the middle of the chunk's transaction")
 		freeze()
 	}
+	if err == nil && chunk == w.cfg.FreezeBeforeCommitAt {
+		w.event(token, "frozen", chunk, "SIGSTOP just before the chunk's COMMIT goes out")
+		freezeBeforeCommit.Store(true) // the commit's write freezes (commitFreezer)
+	}
 	return err
 }
 
@@ -311,4 +326,36 @@ func freeze() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+}
+
+// freezeBeforeCommit arms commitFreezer for the next commit.
+var freezeBeforeCommit atomic.Bool
+
+// commitFreezer is the worker's connection to Postgres. When armed, it
+// stops the process (freeze) on the write that carries the commit round
+// trip, before the bytes go out: pgfence's fencelock.close pipeline with
+// guard, pgx's COMMIT without. Everything client-side (guard's last check
+// of the lease included) has run by then.
+type commitFreezer struct{ net.Conn }
+
+// commitQuery is pgx's "commit" as a simple-protocol Query message.
+var commitQuery = []byte("Q\x00\x00\x00\x0bcommit\x00")
+
+func (c commitFreezer) Write(b []byte) (int, error) {
+	if freezeBeforeCommit.Load() && (bytes.Contains(b, []byte("fencelock.close(")) || bytes.HasPrefix(b, commitQuery)) {
+		freezeBeforeCommit.Store(false)
+		freeze()
+	}
+	return c.Conn.Write(b)
+}
+
+// dialFreezer wraps the pool's connections in commitFreezer.
+func dialFreezer(dial pgconn.DialFunc) pgconn.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return commitFreezer{c}, nil
+	}
 }
