@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -139,6 +141,9 @@ func runGuard(ctx context.Context, e *env, res *results) error {
 		s.Ratios["guarded/plain "+path.name] = pairedRatio(repMed["guarded"], repMed["plain"])
 		s.Ratios["guarded+key/plain "+path.name] = pairedRatio(repMed["guarded+key"], repMed["plain"])
 	}
+	if err := profileGuard(ctx, e, db, s, variants); err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
 	if err := lock.Err(); err != nil {
 		return fmt.Errorf("the lease was lost during the scenario: %w", err)
 	}
@@ -149,3 +154,102 @@ func runGuard(ctx context.Context, e *env, res *results) error {
 }
 
 var _ guard.Lease = (*fence.Lock)(nil)
+
+// profileGuard says where a guarded transaction's time goes: on one
+// connection, per transaction of each variant, the CPU time its server
+// process spent (from /proc/<backend pid>/schedstat, nanoseconds) and the
+// round trips on the wire (the client's writes: pgx and pgfence send each
+// round trip in one write).
+func profileGuard(ctx context.Context, e *env, db *pgDB, s *scenario, variants func(*pgxpool.Pool, *pgfence.Store) []op) error {
+	var writes atomic.Int64
+	cfg, err := pgxpool.ParseConfig(db.url)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns, cfg.MinConns = 1, 1
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{Conn: c, writes: &writes}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var pid int
+	if err := pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return err
+	}
+	store, err := pgfence.New(pool)
+	if err != nil {
+		return err
+	}
+	ops := variants(pool, store)
+	n := max(e.cfg.GuardTxDirect/2, 10)
+	cpu := map[string][]float64{}
+	trips := map[string][]float64{}
+	for rep := 0; rep < e.cfg.Reps; rep++ {
+		for i := range ops {
+			o := ops[(i+rep)%len(ops)]
+			for range 20 { // warm-up
+				if err := o.do(ctx); err != nil {
+					return err
+				}
+			}
+			c0, err := schedRuntime(pid)
+			if err != nil {
+				return err
+			}
+			w0 := writes.Load()
+			for range n {
+				if err := o.do(ctx); err != nil {
+					return err
+				}
+			}
+			c1, err := schedRuntime(pid)
+			if err != nil {
+				return err
+			}
+			cpu[o.name] = append(cpu[o.name], float64(c1-c0)/1e3/float64(n))
+			trips[o.name] = append(trips[o.name], float64(writes.Load()-w0)/float64(n))
+		}
+	}
+	for _, v := range []string{"plain", "guarded", "guarded+key"} {
+		s.set("profile: "+v, "server_cpu_us_per_tx", newFigure("µs", cpu[v], nil))
+		s.set("profile: "+v, "round_trips_per_tx", newFigure("", trips[v], nil))
+	}
+	s.Ratios["server CPU guarded/plain"] = pairedRatio(cpu["guarded"], cpu["plain"])
+	s.Ratios["server CPU guarded+key/plain"] = pairedRatio(cpu["guarded+key"], cpu["plain"])
+	s.Notes = append(s.Notes, fmt.Sprintf(
+		"profile: one connection, %d transactions per variant per repetition; server_cpu_us_per_tx is the CPU time of the connection's Postgres process per transaction (/proc/<pid>/schedstat), round_trips_per_tx the client's writes per transaction. The guarded transaction's extra server time is its two extra statements, fencelock.open in the BEGIN round trip and fencelock.close in the COMMIT round trip (parse, plan and run each: they are unnamed statements, so that they work through a transaction pooler).", n))
+	return nil
+}
+
+// writeCounter counts the client's writes to the server.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCounter) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// schedRuntime is the CPU time a process has run, in nanoseconds (the
+// first field of /proc/<pid>/schedstat).
+func schedRuntime(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("server CPU time: %w", err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("server CPU time: empty /proc/%d/schedstat", pid)
+	}
+	return strconv.ParseInt(f[0], 10, 64)
+}
