@@ -84,7 +84,7 @@ func throughPooler(ctx context.Context, t *testing.T, pool, direct *pgxpool.Pool
 
 	// fn's own commit is refused; a raw COMMIT is reported.
 	_, err = guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
-		if err := insert("owned-" + tag)(ctx, tx); err != nil {
+		if err := insert("owned-"+tag)(ctx, tx); err != nil {
 			return err
 		}
 		return tx.Commit(ctx)
@@ -92,7 +92,7 @@ func throughPooler(ctx context.Context, t *testing.T, pool, direct *pgxpool.Pool
 	require.ErrorIs(t, err, guard.ErrTxOwned)
 	assert.Zero(t, rows("owned-"+tag))
 	_, err = guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
-		if err := insert("raw-" + tag)(ctx, tx); err != nil {
+		if err := insert("raw-"+tag)(ctx, tx); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, "COMMIT")
