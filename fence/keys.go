@@ -5,7 +5,12 @@ import (
 	"strings"
 )
 
-// MaxNameLen is the longest lock name accepted, in bytes.
+// MaxNameLen is the longest lock name accepted, in bytes. Holder ids
+// (WithHolder) have the same cap. Both fit the limits pgfence checks
+// before it sends anything (pgfence.MaxResourceLen, MaxHolderLen and
+// MaxKeyLen, 1 KiB each, sized so that resource plus key fit one btree
+// entry of the fence tables), so a lock's name and holder are always
+// accepted there.
 const MaxNameLen = 512
 
 // validateName rejects names that cannot be used safely. Braces are
