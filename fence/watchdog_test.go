@@ -190,7 +190,7 @@ func lossTest(t *testing.T, rdb redis.UniversalClient, r *testenv.Redis, inject,
 	c := newClient(t, r, rdb, fence.WithLease(lease), fence.WithObserver(rec), fence.WithLogger(logger))
 	l, err := c.Acquire(ctx, "loss")
 	require.NoError(t, err)
-	time.Sleep(lease / 2) // at least one renewal
+	rec.waitCount(t, "renewed", 1) // the deadline then derives from a renewal
 	at := doneAt(l)
 	faultStart := time.Now()
 	require.NoError(t, inject())
@@ -215,6 +215,7 @@ func lossTest(t *testing.T, rdb redis.UniversalClient, r *testenv.Redis, inject,
 	assert.LessOrEqual(t, late, schedSlack, "cancelled after the local deadline")
 	assert.Equal(t, 1, rec.count("lost"))
 	assert.Contains(t, logs.String(), "fence: lock lost")
+	assert.Contains(t, logs.String(), "reason=deadline", "the log line says why")
 	assert.ErrorIs(t, l.Release(ctx), fence.ErrNotHeld) // expired on the server meanwhile
 }
 
