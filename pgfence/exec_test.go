@@ -3,6 +3,7 @@ package pgfence_test
 import (
 	"context"
 	"errors"
+	"github.com/fencelock/fencelock/testenv"
 	"strings"
 	"testing"
 
@@ -18,7 +19,9 @@ import (
 func insertStock(writer string, n int) func(ctx context.Context, tx pgx.Tx) error {
 	return func(ctx context.Context, tx pgx.Tx) error {
 		for i := 0; i < n; i++ {
-			if _, err := tx.Exec(ctx, "INSERT INTO stock (sku, qty, writer) VALUES ($1, $2, $3)", "sku-"+string(rune('a'+i)), i, writer); err != nil {
+			// An explicit exec mode, as fn must use behind a transaction
+			// pooler (these tests also run through PgBouncer).
+			if _, err := tx.Exec(ctx, "INSERT INTO stock (sku, qty, writer) VALUES ($1, $2, $3)", pgx.QueryExecModeExec, "sku-"+string(rune('a'+i)), i, writer); err != nil {
 				return err
 			}
 		}
@@ -32,64 +35,66 @@ func rowsBy(t *testing.T, pool *pgxpool.Pool, writer string) int64 {
 }
 
 func TestExecCommitsAndStoresToken(t *testing.T) {
-	db := newDB(t)
-	stockTable(t, db.Pool)
-	s := newStore(t, db.Pool)
-	ctx := testCtx(t)
+	onBothPaths(t, func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool) {
+		stockTable(t, db.Pool)
+		s := newStore(t, pool)
+		ctx := testCtx(t)
 
-	res, err := guard.Exec(ctx, s, lease{"stock:eu", 7, "a"}, insertStock("a", 3), guard.WithKey("batch-1"))
-	require.NoError(t, err)
-	assert.Equal(t, guard.Result{Resource: "stock:eu", Token: 7, Holder: "a", Key: "batch-1"}, res)
-	assert.EqualValues(t, 3, rowsBy(t, db.Pool, "a"))
-	assert.EqualValues(t, 7, storedToken(t, db.Pool, "stock:eu"))
-	assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE resource = 'stock:eu' AND key = 'batch-1' AND token = 7"))
+		res, err := guard.Exec(ctx, s, lease{"stock:eu", 7, "a"}, insertStock("a", 3), guard.WithKey("batch-1"))
+		require.NoError(t, err)
+		assert.Equal(t, guard.Result{Resource: "stock:eu", Token: 7, Holder: "a", Key: "batch-1"}, res)
+		assert.EqualValues(t, 3, rowsBy(t, db.Pool, "a"))
+		assert.EqualValues(t, 7, storedToken(t, db.Pool, "stock:eu"))
+		assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE resource = 'stock:eu' AND key = 'batch-1' AND token = 7"))
 
-	// A higher token is accepted and stored; the same token from the same
-	// holder is accepted again.
-	_, err = guard.Exec(ctx, s, lease{"stock:eu", 9, "b"}, insertStock("b", 1))
-	require.NoError(t, err)
-	_, err = guard.Exec(ctx, s, lease{"stock:eu", 9, "b"}, insertStock("b", 1))
-	require.NoError(t, err)
-	assert.EqualValues(t, 9, storedToken(t, db.Pool, "stock:eu"))
-	assert.EqualValues(t, 2, rowsBy(t, db.Pool, "b"))
+		// A higher token is accepted and stored; the same token from the same
+		// holder is accepted again.
+		_, err = guard.Exec(ctx, s, lease{"stock:eu", 9, "b"}, insertStock("b", 1))
+		require.NoError(t, err)
+		_, err = guard.Exec(ctx, s, lease{"stock:eu", 9, "b"}, insertStock("b", 1))
+		require.NoError(t, err)
+		assert.EqualValues(t, 9, storedToken(t, db.Pool, "stock:eu"))
+		assert.EqualValues(t, 2, rowsBy(t, db.Pool, "b"))
+	})
 }
 
 func TestStaleTokenRejectsWholeTransaction(t *testing.T) {
-	db := newDB(t)
-	stockTable(t, db.Pool)
-	s := newStore(t, db.Pool)
-	ctx := testCtx(t)
+	onBothPaths(t, func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool) {
+		stockTable(t, db.Pool)
+		s := newStore(t, pool)
+		ctx := testCtx(t)
 
-	_, err := guard.Exec(ctx, s, lease{"r", 10, "b"}, insertStock("b", 2))
-	require.NoError(t, err)
+		_, err := guard.Exec(ctx, s, lease{"r", 10, "b"}, insertStock("b", 2))
+		require.NoError(t, err)
 
-	for _, tc := range []struct {
-		name string
-		l    lease
-	}{
-		{"lower token", lease{"r", 9, "a"}},
-		{"same token, other holder", lease{"r", 10, "a"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ran := false
-			_, err := guard.Exec(ctx, s, tc.l, func(ctx context.Context, tx pgx.Tx) error {
-				ran = true
-				return insertStock("a", 5)(ctx, tx)
+		for _, tc := range []struct {
+			name string
+			l    lease
+		}{
+			{"lower token", lease{"r", 9, "a"}},
+			{"same token, other holder", lease{"r", 10, "a"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ran := false
+				_, err := guard.Exec(ctx, s, tc.l, func(ctx context.Context, tx pgx.Tx) error {
+					ran = true
+					return insertStock("a", 5)(ctx, tx)
+				})
+				require.ErrorIs(t, err, guard.ErrStaleToken)
+				var se *guard.StaleTokenError
+				require.ErrorAs(t, err, &se)
+				assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: tc.l.token, Current: 10}, *se)
+				assert.False(t, ran, "fn must not run after a refused claim")
+				assert.EqualValues(t, 0, rowsBy(t, db.Pool, "a"))
+				assert.EqualValues(t, 2, rowsBy(t, db.Pool, "b"))
+				assert.EqualValues(t, 10, storedToken(t, db.Pool, "r"))
+				assert.Equal(t, "b", holderOf(t, db.Pool, "r"))
 			})
-			require.ErrorIs(t, err, guard.ErrStaleToken)
-			var se *guard.StaleTokenError
-			require.ErrorAs(t, err, &se)
-			assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: tc.l.token, Current: 10}, *se)
-			assert.False(t, ran, "fn must not run after a refused claim")
-			assert.EqualValues(t, 0, rowsBy(t, db.Pool, "a"))
-			assert.EqualValues(t, 2, rowsBy(t, db.Pool, "b"))
-			assert.EqualValues(t, 10, storedToken(t, db.Pool, "r"))
-			assert.Equal(t, "b", holderOf(t, db.Pool, "r"))
-		})
-	}
-	// The pool's connections are clean after the rejections.
-	_, err = guard.Exec(ctx, s, lease{"r", 11, "c"}, insertStock("c", 1))
-	require.NoError(t, err)
+		}
+		// The pool's connections are clean after the rejections.
+		_, err = guard.Exec(ctx, s, lease{"r", 11, "c"}, insertStock("c", 1))
+		require.NoError(t, err)
+	})
 }
 
 func holderOf(t *testing.T, pool *pgxpool.Pool, resource string) string {
@@ -100,108 +105,110 @@ func holderOf(t *testing.T, pool *pgxpool.Pool, resource string) string {
 }
 
 func TestIdempotencyKey(t *testing.T) {
-	db := newDB(t)
-	stockTable(t, db.Pool)
-	s := newStore(t, db.Pool)
-	ctx := testCtx(t)
+	onBothPaths(t, func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool) {
+		stockTable(t, db.Pool)
+		s := newStore(t, pool)
+		ctx := testCtx(t)
 
-	_, err := guard.Exec(ctx, s, lease{"r", 5, "a"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
-	require.NoError(t, err)
+		_, err := guard.Exec(ctx, s, lease{"r", 5, "a"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
+		require.NoError(t, err)
 
-	// A later, legitimate holder retries the same batch: no second copy.
-	ran := false
-	_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, func(ctx context.Context, tx pgx.Tx) error {
-		ran = true
-		return insertStock("batch-7", 3)(ctx, tx)
-	}, guard.WithKey("batch-7"))
-	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
-	assert.Contains(t, err.Error(), "token 5")
-	assert.False(t, ran)
-	assert.EqualValues(t, 3, rowsBy(t, db.Pool, "batch-7"))
+		// A later, legitimate holder retries the same batch: no second copy.
+		ran := false
+		_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, func(ctx context.Context, tx pgx.Tx) error {
+			ran = true
+			return insertStock("batch-7", 3)(ctx, tx)
+		}, guard.WithKey("batch-7"))
+		require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+		assert.Contains(t, err.Error(), "token 5")
+		assert.False(t, ran)
+		assert.EqualValues(t, 3, rowsBy(t, db.Pool, "batch-7"))
 
-	// The same holder retrying (e.g. after an ambiguous commit) too,
-	// while it is still the newest.
-	_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
-	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
-	assert.EqualValues(t, 3, rowsBy(t, db.Pool, "batch-7"))
+		// The same holder retrying (e.g. after an ambiguous commit) too,
+		// while it is still the newest.
+		_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
+		require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+		assert.EqualValues(t, 3, rowsBy(t, db.Pool, "batch-7"))
 
-	// Another key, or the same key on another resource, is another batch.
-	_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("batch-8", 1), guard.WithKey("batch-8"))
-	require.NoError(t, err)
-	_, err = guard.Exec(ctx, s, lease{"other", 1, "b"}, insertStock("other-7", 1), guard.WithKey("batch-7"))
-	require.NoError(t, err)
+		// Another key, or the same key on another resource, is another batch.
+		_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("batch-8", 1), guard.WithKey("batch-8"))
+		require.NoError(t, err)
+		_, err = guard.Exec(ctx, s, lease{"other", 1, "b"}, insertStock("other-7", 1), guard.WithKey("batch-7"))
+		require.NoError(t, err)
 
-	// A stale holder with a fresh key is refused as stale, and its key is
-	// not recorded.
-	_, err = guard.Exec(ctx, s, lease{"r", 5, "a"}, insertStock("late", 1), guard.WithKey("batch-9"))
-	require.ErrorIs(t, err, guard.ErrStaleToken)
-	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = 'batch-9'"))
+		// A stale holder with a fresh key is refused as stale, and its key is
+		// not recorded.
+		_, err = guard.Exec(ctx, s, lease{"r", 5, "a"}, insertStock("late", 1), guard.WithKey("batch-9"))
+		require.ErrorIs(t, err, guard.ErrStaleToken)
+		assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = 'batch-9'"))
 
-	// A key with quotes and backslashes is stored verbatim (it travels as
-	// a literal in the begin round trip).
-	odd := `it's a \'key\' ; DROP TABLE stock; --`
-	_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("odd", 1), guard.WithKey(odd))
-	require.NoError(t, err)
-	assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = $1", odd))
-	_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("odd", 1), guard.WithKey(odd))
-	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+		// A key with quotes and backslashes is stored verbatim (it travels as
+		// a literal in the begin round trip).
+		odd := `it's a \'key\' ; DROP TABLE stock; --`
+		_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("odd", 1), guard.WithKey(odd))
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = $1", odd))
+		_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("odd", 1), guard.WithKey(odd))
+		require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+	})
 }
 
 func TestRollbackOnErrorPanicAndCancel(t *testing.T) {
-	db := newDB(t)
-	stockTable(t, db.Pool)
-	s := newStore(t, db.Pool)
-	ctx := testCtx(t)
-	boom := errors.New("boom")
+	onBothPaths(t, func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool) {
+		stockTable(t, db.Pool)
+		s := newStore(t, pool)
+		ctx := testCtx(t)
+		boom := errors.New("boom")
 
-	t.Run("error", func(t *testing.T) {
-		_, err := guard.Exec(ctx, s, lease{"err", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
-			if err := insertStock("err", 2)(ctx, tx); err != nil {
+		t.Run("error", func(t *testing.T) {
+			_, err := guard.Exec(ctx, s, lease{"err", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+				if err := insertStock("err", 2)(ctx, tx); err != nil {
+					return err
+				}
+				return boom
+			}, guard.WithKey("k"))
+			require.ErrorIs(t, err, boom)
+		})
+		t.Run("panic", func(t *testing.T) {
+			defer func() {
+				assert.Equal(t, "kaboom", recover())
+			}()
+			_, _ = guard.Exec(ctx, s, lease{"panic", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+				if err := insertStock("panic", 2)(ctx, tx); err != nil {
+					return err
+				}
+				panic("kaboom")
+			}, guard.WithKey("k"))
+			t.Error("Exec returned instead of panicking")
+		})
+		t.Run("cancel", func(t *testing.T) {
+			cctx, cancel := context.WithCancel(ctx)
+			_, err := guard.Exec(cctx, s, lease{"cancel", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+				if err := insertStock("cancel", 2)(ctx, tx); err != nil {
+					return err
+				}
+				cancel()
+				return insertStock("cancel", 1)(ctx, tx)
+			}, guard.WithKey("k"))
+			require.ErrorIs(t, err, context.Canceled)
+		})
+		t.Run("cancel after fn", func(t *testing.T) {
+			cctx, cancel := context.WithCancel(ctx)
+			_, err := guard.Exec(cctx, s, lease{"cancel2", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+				err := insertStock("cancel2", 2)(ctx, tx)
+				cancel()
 				return err
-			}
-			return boom
-		}, guard.WithKey("k"))
-		require.ErrorIs(t, err, boom)
+			}, guard.WithKey("k"))
+			require.ErrorIs(t, err, context.Canceled)
+		})
+		// Nothing of any of them: no rows, no key. (Their tokens were
+		// recorded when they began, as Advance does.)
+		assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM stock"))
+		assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied"))
+		// And the pool still works.
+		_, err := guard.Exec(ctx, s, lease{"err", 3, "a"}, insertStock("ok", 1), guard.WithKey("k"))
+		require.NoError(t, err)
 	})
-	t.Run("panic", func(t *testing.T) {
-		defer func() {
-			assert.Equal(t, "kaboom", recover())
-		}()
-		_, _ = guard.Exec(ctx, s, lease{"panic", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
-			if err := insertStock("panic", 2)(ctx, tx); err != nil {
-				return err
-			}
-			panic("kaboom")
-		}, guard.WithKey("k"))
-		t.Error("Exec returned instead of panicking")
-	})
-	t.Run("cancel", func(t *testing.T) {
-		cctx, cancel := context.WithCancel(ctx)
-		_, err := guard.Exec(cctx, s, lease{"cancel", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
-			if err := insertStock("cancel", 2)(ctx, tx); err != nil {
-				return err
-			}
-			cancel()
-			return insertStock("cancel", 1)(ctx, tx)
-		}, guard.WithKey("k"))
-		require.ErrorIs(t, err, context.Canceled)
-	})
-	t.Run("cancel after fn", func(t *testing.T) {
-		cctx, cancel := context.WithCancel(ctx)
-		_, err := guard.Exec(cctx, s, lease{"cancel2", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
-			err := insertStock("cancel2", 2)(ctx, tx)
-			cancel()
-			return err
-		}, guard.WithKey("k"))
-		require.ErrorIs(t, err, context.Canceled)
-	})
-	// Nothing of any of them: no rows, no key. (Their tokens were
-	// recorded when they began, as Advance does.)
-	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM stock"))
-	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied"))
-	// And the pool still works.
-	_, err := guard.Exec(ctx, s, lease{"err", 3, "a"}, insertStock("ok", 1), guard.WithKey("k"))
-	require.NoError(t, err)
 }
 
 func TestBadInput(t *testing.T) {

@@ -127,3 +127,28 @@ func proxiedPool(t testing.TB, db *testenv.DB) (*pgxpool.Pool, *testenv.Proxy) {
 	}
 	return pool, proxy
 }
+
+// onBothPaths runs f against a fresh database with the fencelock schema,
+// reached directly and through PgBouncer in transaction pooling mode with
+// pgx's default exec mode (testenv's shared PgBouncer). db.Pool always
+// goes straight to the server, for setup and assertions; pool is what the
+// code under test uses.
+func onBothPaths(t *testing.T, f func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool)) {
+	t.Helper()
+	t.Run("direct", func(t *testing.T) {
+		db := newDB(t)
+		f(t, db, db.Pool)
+	})
+	t.Run("pgbouncer", func(t *testing.T) {
+		bdb := testenv.NewDBViaPgBouncer(t)
+		direct, err := pgxpool.New(context.Background(), bdb.DirectURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(direct.Close)
+		migrate(t, direct) // goose takes a session advisory lock: not through a transaction pooler
+		db := *bdb
+		db.Pool = direct
+		f(t, &db, bdb.Pool)
+	})
+}

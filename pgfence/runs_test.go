@@ -2,6 +2,8 @@ package pgfence_test
 
 import (
 	"context"
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"testing"
 	"time"
 
@@ -13,83 +15,84 @@ import (
 )
 
 func TestResumableRun(t *testing.T) {
-	db := newDB(t)
-	stockTable(t, db.Pool)
-	s := newStore(t, db.Pool)
-	ctx := testCtx(t)
+	onBothPaths(t, func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool) {
+		stockTable(t, db.Pool)
+		s := newStore(t, pool)
+		ctx := testCtx(t)
 
-	a := s.Run(lease{"sync", 1, "a"}, "2026-11-30")
-	cur, fin, err := a.Resume(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, "", cur)
-	assert.False(t, fin)
+		a := s.Run(lease{"sync", 1, "a"}, "2026-11-30")
+		cur, fin, err := a.Resume(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "", cur)
+		assert.False(t, fin)
 
-	require.NoError(t, a.Step(ctx, "page-1", insertStock("a", 1)))
-	require.NoError(t, a.Step(ctx, "page-2", insertStock("a", 1)))
-	cur, fin, err = a.Resume(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, "page-2", cur)
-	assert.False(t, fin)
+		require.NoError(t, a.Step(ctx, "page-1", insertStock("a", 1)))
+		require.NoError(t, a.Step(ctx, "page-2", insertStock("a", 1)))
+		cur, fin, err = a.Resume(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "page-2", cur)
+		assert.False(t, fin)
 
-	// A step whose fn fails moves neither the rows nor the cursor.
-	err = a.Step(ctx, "page-3", func(ctx context.Context, tx pgx.Tx) error {
-		if err := insertStock("a", 1)(ctx, tx); err != nil {
-			return err
-		}
-		return context.DeadlineExceeded
+		// A step whose fn fails moves neither the rows nor the cursor.
+		err = a.Step(ctx, "page-3", func(ctx context.Context, tx pgx.Tx) error {
+			if err := insertStock("a", 1)(ctx, tx); err != nil {
+				return err
+			}
+			return context.DeadlineExceeded
+		})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		// A pauses; B takes over and resumes at A's cursor.
+		b := s.Run(lease{"sync", 2, "b"}, "2026-11-30")
+		cur, fin, err = b.Resume(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "page-2", cur)
+		assert.False(t, fin)
+		require.NoError(t, b.Step(ctx, "page-3", insertStock("b", 1)))
+
+		// A wakes up: its step is rejected, nothing of it is visible.
+		ran := false
+		err = a.Step(ctx, "page-3", func(ctx context.Context, tx pgx.Tx) error {
+			ran = true
+			return insertStock("a", 1)(ctx, tx)
+		})
+		require.ErrorIs(t, err, guard.ErrStaleToken)
+		assert.False(t, ran)
+		require.ErrorIs(t, a.Finish(ctx), guard.ErrStaleToken)
+		cur, _, err = b.Resume(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "page-3", cur)
+		assert.EqualValues(t, 2, rowsBy(t, db.Pool, "a"))
+		assert.EqualValues(t, 1, rowsBy(t, db.Pool, "b"))
+
+		require.NoError(t, b.Finish(ctx))
+		require.NoError(t, b.Finish(ctx), "finishing a finished run is a no-op")
+		cur, fin, err = b.Resume(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "page-3", cur)
+		assert.True(t, fin)
+
+		// A later holder: the run is a no-op.
+		c := s.Run(lease{"sync", 3, "c"}, "2026-11-30")
+		_, fin, err = c.Resume(ctx)
+		require.NoError(t, err)
+		assert.True(t, fin)
+		ran = false
+		err = c.Step(ctx, "page-4", func(ctx context.Context, tx pgx.Tx) error { ran = true; return nil })
+		require.ErrorIs(t, err, pgfence.ErrRunFinished)
+		require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+		assert.False(t, ran)
+		require.NoError(t, c.Finish(ctx))
+		assert.EqualValues(t, 0, rowsBy(t, db.Pool, "c"))
+
+		// Another run key of the same resource is independent.
+		d := s.Run(lease{"sync", 3, "c"}, "2026-12-01")
+		require.NoError(t, d.Step(ctx, "page-1", nil))
+		cur, fin, err = d.Resume(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "page-1", cur)
+		assert.False(t, fin)
 	})
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-
-	// A pauses; B takes over and resumes at A's cursor.
-	b := s.Run(lease{"sync", 2, "b"}, "2026-11-30")
-	cur, fin, err = b.Resume(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, "page-2", cur)
-	assert.False(t, fin)
-	require.NoError(t, b.Step(ctx, "page-3", insertStock("b", 1)))
-
-	// A wakes up: its step is rejected, nothing of it is visible.
-	ran := false
-	err = a.Step(ctx, "page-3", func(ctx context.Context, tx pgx.Tx) error {
-		ran = true
-		return insertStock("a", 1)(ctx, tx)
-	})
-	require.ErrorIs(t, err, guard.ErrStaleToken)
-	assert.False(t, ran)
-	require.ErrorIs(t, a.Finish(ctx), guard.ErrStaleToken)
-	cur, _, err = b.Resume(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, "page-3", cur)
-	assert.EqualValues(t, 2, rowsBy(t, db.Pool, "a"))
-	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "b"))
-
-	require.NoError(t, b.Finish(ctx))
-	require.NoError(t, b.Finish(ctx), "finishing a finished run is a no-op")
-	cur, fin, err = b.Resume(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, "page-3", cur)
-	assert.True(t, fin)
-
-	// A later holder: the run is a no-op.
-	c := s.Run(lease{"sync", 3, "c"}, "2026-11-30")
-	_, fin, err = c.Resume(ctx)
-	require.NoError(t, err)
-	assert.True(t, fin)
-	ran = false
-	err = c.Step(ctx, "page-4", func(ctx context.Context, tx pgx.Tx) error { ran = true; return nil })
-	require.ErrorIs(t, err, pgfence.ErrRunFinished)
-	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
-	assert.False(t, ran)
-	require.NoError(t, c.Finish(ctx))
-	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "c"))
-
-	// Another run key of the same resource is independent.
-	d := s.Run(lease{"sync", 3, "c"}, "2026-12-01")
-	require.NoError(t, d.Step(ctx, "page-1", nil))
-	cur, fin, err = d.Resume(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, "page-1", cur)
-	assert.False(t, fin)
 }
 
 func TestPrune(t *testing.T) {

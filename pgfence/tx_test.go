@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -36,52 +38,53 @@ func checkInvariant(t *testing.T, err error, visible int64) {
 // fence: a newer holder advanced, Exec said "stale ... nothing was
 // written", and the row was there.
 func TestTxCommitAndRollbackAreRefused(t *testing.T) {
-	db := newDB(t)
-	stockTable(t, db.Pool)
-	s := newStore(t, db.Pool)
-	ctx := testCtx(t)
+	onBothPaths(t, func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool) {
+		stockTable(t, db.Pool)
+		s := newStore(t, pool)
+		ctx := testCtx(t)
 
-	for i, end := range []func(pgx.Tx) error{
-		func(tx pgx.Tx) error { return tx.Commit(ctx) },
-		func(tx pgx.Tx) error { return tx.Rollback(ctx) },
-	} {
-		// fn ignores the refusal, a newer holder advances meanwhile: the
-		// claim at commit refuses, and nothing is visible.
-		writer := []string{"commit", "rollback"}[i]
-		_, err := guard.Exec(ctx, s, lease{writer, 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
-			if err := insertStock(writer, 1)(ctx, tx); err != nil {
-				return err
-			}
-			require.ErrorIs(t, end(tx), guard.ErrTxOwned)
-			if err := newStore(t, db.Pool).Advance(ctx, lease{writer, 2, "b"}); err != nil {
-				return err
-			}
-			return insertStock(writer, 1)(ctx, tx) // still in the transaction
-		})
-		require.ErrorIs(t, err, guard.ErrStaleToken)
-		checkInvariant(t, err, rowsBy(t, db.Pool, writer))
+		for i, end := range []func(pgx.Tx) error{
+			func(tx pgx.Tx) error { return tx.Commit(ctx) },
+			func(tx pgx.Tx) error { return tx.Rollback(ctx) },
+		} {
+			// fn ignores the refusal, a newer holder advances meanwhile: the
+			// claim at commit refuses, and nothing is visible.
+			writer := []string{"commit", "rollback"}[i]
+			_, err := guard.Exec(ctx, s, lease{writer, 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+				if err := insertStock(writer, 1)(ctx, tx); err != nil {
+					return err
+				}
+				require.ErrorIs(t, end(tx), guard.ErrTxOwned)
+				if err := newStore(t, db.Pool).Advance(ctx, lease{writer, 2, "b"}); err != nil {
+					return err
+				}
+				return insertStock(writer, 1)(ctx, tx) // still in the transaction
+			})
+			require.ErrorIs(t, err, guard.ErrStaleToken)
+			checkInvariant(t, err, rowsBy(t, db.Pool, writer))
 
-		// fn returns the refusal: rolled back, and the error says why.
-		_, err = guard.Exec(ctx, s, lease{writer, 2, "b"}, func(ctx context.Context, tx pgx.Tx) error {
-			if err := insertStock(writer, 1)(ctx, tx); err != nil {
-				return err
-			}
-			return end(tx)
-		})
-		require.ErrorIs(t, err, guard.ErrTxOwned)
-		checkInvariant(t, err, rowsBy(t, db.Pool, writer))
+			// fn returns the refusal: rolled back, and the error says why.
+			_, err = guard.Exec(ctx, s, lease{writer, 2, "b"}, func(ctx context.Context, tx pgx.Tx) error {
+				if err := insertStock(writer, 1)(ctx, tx); err != nil {
+					return err
+				}
+				return end(tx)
+			})
+			require.ErrorIs(t, err, guard.ErrTxOwned)
+			checkInvariant(t, err, rowsBy(t, db.Pool, writer))
 
-		// fn ignores it and returns nil: committed, with the check.
-		_, err = guard.Exec(ctx, s, lease{writer, 2, "b"}, func(ctx context.Context, tx pgx.Tx) error {
-			if err := insertStock(writer, 1)(ctx, tx); err != nil {
-				return err
-			}
-			_ = end(tx)
-			return nil
-		})
-		require.NoError(t, err)
-		checkInvariant(t, err, rowsBy(t, db.Pool, writer))
-	}
+			// fn ignores it and returns nil: committed, with the check.
+			_, err = guard.Exec(ctx, s, lease{writer, 2, "b"}, func(ctx context.Context, tx pgx.Tx) error {
+				if err := insertStock(writer, 1)(ctx, tx); err != nil {
+					return err
+				}
+				_ = end(tx)
+				return nil
+			})
+			require.NoError(t, err)
+			checkInvariant(t, err, rowsBy(t, db.Pool, writer))
+		}
+	})
 }
 
 // fn sends its own COMMIT or ROLLBACK through Exec: the rows may be
@@ -89,108 +92,111 @@ func TestTxCommitAndRollbackAreRefused(t *testing.T) {
 // instead of nil (COMMIT) or "nothing was written". Before, a raw COMMIT
 // returned nil, committed with no check at commit time.
 func TestRawCommitInFnIsReported(t *testing.T) {
-	db := newDB(t)
-	stockTable(t, db.Pool)
-	s := newStore(t, db.Pool)
-	ctx := testCtx(t)
+	onBothPaths(t, func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool) {
+		stockTable(t, db.Pool)
+		s := newStore(t, pool)
+		ctx := testCtx(t)
 
-	for _, tc := range []struct {
-		name, sql string
-		fnErr     bool
-		committed bool
-	}{
-		{"COMMIT", "COMMIT", false, true},
-		{"ROLLBACK", "ROLLBACK", false, false},
-		{"COMMIT then fn fails", "COMMIT", true, true},
-		{"COMMIT; BEGIN", "COMMIT; BEGIN", false, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			writer := tc.name
-			boom := errors.New("boom")
-			_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
-				if err := insertStock(writer, 1)(ctx, tx); err != nil {
-					return err
-				}
-				if _, err := tx.Exec(ctx, tc.sql); err != nil {
-					return err
-				}
+		for _, tc := range []struct {
+			name, sql string
+			fnErr     bool
+			committed bool
+		}{
+			{"COMMIT", "COMMIT", false, true},
+			{"ROLLBACK", "ROLLBACK", false, false},
+			{"COMMIT then fn fails", "COMMIT", true, true},
+			{"COMMIT; BEGIN", "COMMIT; BEGIN", false, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				writer := tc.name
+				boom := errors.New("boom")
+				_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+					if err := insertStock(writer, 1)(ctx, tx); err != nil {
+						return err
+					}
+					if _, err := tx.Exec(ctx, tc.sql); err != nil {
+						return err
+					}
+					if tc.fnErr {
+						return boom
+					}
+					return nil
+				}, guard.WithKey(writer))
+				require.ErrorIs(t, err, guard.ErrTxEnded)
+				assert.Contains(t, err.Error(), "may have committed without the fence check")
 				if tc.fnErr {
-					return boom
+					require.ErrorIs(t, err, boom)
 				}
-				return nil
-			}, guard.WithKey(writer))
-			require.ErrorIs(t, err, guard.ErrTxEnded)
-			assert.Contains(t, err.Error(), "may have committed without the fence check")
-			if tc.fnErr {
-				require.ErrorIs(t, err, boom)
-			}
-			want := int64(0)
-			if tc.committed {
-				want = 1
-			}
-			assert.Equal(t, want, rowsBy(t, db.Pool, writer))
-			assert.Zero(t, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = $1", writer), "the key is recorded only by a fenced commit")
-			checkInvariant(t, err, rowsBy(t, db.Pool, writer))
-		})
-	}
-	// The pool's connections are clean afterwards.
-	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("after", 1))
-	require.NoError(t, err)
+				want := int64(0)
+				if tc.committed {
+					want = 1
+				}
+				assert.Equal(t, want, rowsBy(t, db.Pool, writer))
+				assert.Zero(t, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = $1", writer), "the key is recorded only by a fenced commit")
+				checkInvariant(t, err, rowsBy(t, db.Pool, writer))
+			})
+		}
+		// The pool's connections are clean afterwards.
+		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("after", 1))
+		require.NoError(t, err)
+	})
 }
 
 // fn lets a statement fail and returns nil: the transaction is aborted,
 // nothing is committed, and Exec says so.
 func TestSwallowedErrorInFn(t *testing.T) {
-	db := newDB(t)
-	stockTable(t, db.Pool)
-	s := newStore(t, db.Pool)
-	ctx := testCtx(t)
-	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
-		if err := insertStock("x", 1)(ctx, tx); err != nil {
-			return err
-		}
-		_, _ = tx.Exec(ctx, "INSERT INTO no_such_table VALUES (1)")
-		return nil
+	onBothPaths(t, func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool) {
+		stockTable(t, db.Pool)
+		s := newStore(t, pool)
+		ctx := testCtx(t)
+		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			if err := insertStock("x", 1)(ctx, tx); err != nil {
+				return err
+			}
+			_, _ = tx.Exec(ctx, "INSERT INTO no_such_table VALUES (1)")
+			return nil
+		})
+		require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
+		checkInvariant(t, err, rowsBy(t, db.Pool, "x"))
 	})
-	require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
-	checkInvariant(t, err, rowsBy(t, db.Pool, "x"))
 }
 
 // tx.Begin makes a savepoint, as pgx's Tx does; it commits and rolls back
 // on its own, and the outer transaction still commits with the check.
 func TestSavepointInFn(t *testing.T) {
-	db := newDB(t)
-	stockTable(t, db.Pool)
-	s := newStore(t, db.Pool)
-	ctx := testCtx(t)
-	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
-		if err := insertStock("outer", 1)(ctx, tx); err != nil {
-			return err
-		}
-		sp, err := tx.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		if err := insertStock("dropped", 1)(ctx, sp); err != nil {
-			return err
-		}
-		if err := sp.Rollback(ctx); err != nil {
-			return err
-		}
-		sp, err = tx.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		if err := insertStock("kept", 1)(ctx, sp); err != nil {
-			return err
-		}
-		return pgx.BeginFunc(ctx, sp, func(nested pgx.Tx) error { return insertStock("nested", 1)(ctx, nested) })
+	onBothPaths(t, func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool) {
+		stockTable(t, db.Pool)
+		s := newStore(t, pool)
+		ctx := testCtx(t)
+		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			if err := insertStock("outer", 1)(ctx, tx); err != nil {
+				return err
+			}
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if err := insertStock("dropped", 1)(ctx, sp); err != nil {
+				return err
+			}
+			if err := sp.Rollback(ctx); err != nil {
+				return err
+			}
+			sp, err = tx.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if err := insertStock("kept", 1)(ctx, sp); err != nil {
+				return err
+			}
+			return pgx.BeginFunc(ctx, sp, func(nested pgx.Tx) error { return insertStock("nested", 1)(ctx, nested) })
+		})
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, rowsBy(t, db.Pool, "outer"))
+		assert.EqualValues(t, 0, rowsBy(t, db.Pool, "dropped"))
+		assert.EqualValues(t, 1, rowsBy(t, db.Pool, "kept"))
+		assert.EqualValues(t, 1, rowsBy(t, db.Pool, "nested"))
 	})
-	require.NoError(t, err)
-	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "outer"))
-	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "dropped"))
-	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "kept"))
-	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "nested"))
 }
 
 // Everything a pgx.Tx offers works in fn: batches, COPY, queries, large
