@@ -70,6 +70,9 @@ type waiter struct {
 	// be stale: a channel used again, or emptied again later).
 	idle []idleChannel
 	wg   sync.WaitGroup
+	// probe is a channel of this client's own, subscribed on a failover
+	// client's pub/sub connection (see waiter_failover.go); "" otherwise.
+	probe string
 }
 
 type psGroup struct {
@@ -86,6 +89,7 @@ type channelSub struct {
 	confirmed chan struct{} // closed on the server's confirmation
 	isConf    bool
 	stale     bool            // the server dropped the subscription (slot moved)
+	moved     bool            // resubscribed on another connection, unconfirmed
 	queue     []*subscription // by arrival; queue[0] is woken by a message
 	idleSince time.Time       // when the queue emptied; zero while in use
 }
@@ -99,8 +103,12 @@ type subscription struct {
 
 func newWaiter(c *Client) *waiter {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &waiter{c: c, ctx: ctx, cancel: cancel,
+	m := &waiter{c: c, ctx: ctx, cancel: cancel,
 		groups: map[string]*psGroup{}, subs: map[string]*channelSub{}, unconfirmed: map[string]int{}}
+	if isFailoverClient(c.rdb) {
+		m.probe = c.cfg.prefix + "probe:" + newHolderID()
+	}
+	return m
 }
 
 // queued reports whether waiters of this client already wait on channel
@@ -193,9 +201,12 @@ func (m *waiter) groupFor(ctx context.Context, channel string) (*psGroup, error)
 // Called with m.mu held.
 func (m *waiter) newGroup(node RedisClient, addr string) *psGroup {
 	g := &psGroup{sharded: m.c.cluster, addr: addr}
-	if g.sharded {
+	switch {
+	case g.sharded:
 		g.ps = node.SSubscribe(m.ctx)
-	} else {
+	case m.probe != "":
+		g.ps = node.Subscribe(m.ctx, m.probe)
+	default:
 		g.ps = node.Subscribe(m.ctx)
 	}
 	m.groups[addr] = g
@@ -280,7 +291,11 @@ func (m *waiter) read(g *psGroup) {
 	defer m.wg.Done()
 	backoff := 10 * time.Millisecond
 	for {
-		msg, err := g.ps.ReceiveTimeout(m.ctx, pingEvery)
+		wait := pingEvery
+		if m.probe != "" {
+			wait = probeEvery
+		}
+		msg, err := g.ps.ReceiveTimeout(m.ctx, wait)
 		if m.ctx.Err() != nil || m.groupClosed(g) {
 			return
 		}
@@ -288,6 +303,9 @@ func (m *waiter) read(g *psGroup) {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				m.sweep()
+				if m.probe != "" && m.checkProbe(g) {
+					return // moved to a new connection, with its own reader
+				}
 				_ = g.ps.Ping(m.ctx)
 				continue
 			}
@@ -353,6 +371,12 @@ func (m *waiter) confirm(g *psGroup, channel string) {
 	case !cs.isConf:
 		cs.isConf = true
 		close(cs.confirmed)
+		if cs.moved && len(cs.queue) > 0 {
+			// Moved to another connection: a release published
+			// meanwhile was missed, so the head tries again.
+			cs.queue[0].poke()
+		}
+		cs.moved = false
 	case len(cs.queue) > 0:
 		// Resubscribed after a reconnect: a release published while the
 		// connection was down was missed, so the head tries again.

@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -121,7 +122,7 @@ func (m *waiter) resubscribe(ctx context.Context, s *subscription) bool {
 		return false
 	}
 	m.unconfirmed[s.ch]++
-	cs.group, cs.stale, cs.isConf, cs.confirmed = g, false, false, make(chan struct{})
+	cs.group, cs.stale, cs.isConf, cs.confirmed, cs.moved = g, false, false, make(chan struct{}), true
 	confirmed := cs.confirmed
 	var drop *psGroup
 	if !old.broken {
@@ -177,5 +178,66 @@ func (m *waiter) unusedLocked(g *psGroup) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// probeEvery is how often a failover client's waiter checks that its
+// pub/sub connection is on the current master, while channels are
+// subscribed.
+const probeEvery = time.Second
+
+// isFailoverClient reports a client made by redis.NewFailoverClient.
+func isFailoverClient(rdb RedisClient) bool {
+	c, ok := rdb.(*redis.Client)
+	return ok && c.Options().Addr == "FailoverClient"
+}
+
+// checkProbe moves g's channels to a new connection when the master does
+// not see g subscribed to the probe channel. It reports whether g was
+// replaced (and closed).
+func (m *waiter) checkProbe(g *psGroup) bool {
+	m.mu.Lock()
+	inUse := !m.unusedLocked(g)
+	m.mu.Unlock()
+	if !inUse {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, probeEvery)
+	defer cancel()
+	n, err := m.c.rdb.(*redis.Client).PubSubNumSub(ctx, m.probe).Result() // see isFailoverClient
+	if err != nil || n[m.probe] > 0 {
+		return false // unknown, or on the master
+	}
+	m.mu.Lock()
+	if m.closed || g.closed {
+		m.mu.Unlock()
+		return false
+	}
+	var channels []string
+	for ch, cs := range m.subs {
+		if cs.group == g {
+			channels = append(channels, ch)
+		}
+	}
+	g.closed = true
+	delete(m.groups, g.addr)
+	ng := m.newGroup(m.c.rdb, g.addr) // subscribes the probe
+	if len(channels) > 0 {
+		if err := ng.ps.Subscribe(ctx, channels...); err != nil {
+			// The new connection failed: its reader retries, and the
+			// channels are resubscribed with it; wake the waiters.
+			m.c.cfg.logger.Debug("fence: resubscribing after a master switch failed", slog.Any("err", err))
+		}
+	}
+	for _, ch := range channels {
+		cs := m.subs[ch]
+		m.unconfirmed[ch]++
+		cs.group, cs.isConf, cs.confirmed, cs.moved = ng, false, make(chan struct{}), true
+		for _, s := range cs.queue {
+			s.poke()
+		}
+	}
+	m.mu.Unlock()
+	_ = g.ps.Close()
 	return true
 }

@@ -1,0 +1,103 @@
+package fence_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+// Graceful failovers: the old master stays up and becomes a replica, so
+// no connection breaks. A waiter subscribed on it must still move to the
+// new master, where releases are published.
+
+// TestClusterGracefulFailoverWaiter: CLUSTER FAILOVER on the replica; the
+// old master drops the subscription (SUNSUBSCRIBE), the waiter moves it to
+// the new master and is woken there by the release message.
+func TestClusterGracefulFailoverWaiter(t *testing.T) {
+	t.Parallel() // with the other fault tests on private topologies
+	cl := testenv.NewRedisCluster(t)
+	ctx := ctxT(t, 60*time.Second)
+	prefix := uniquePrefix(t)
+	const lease = 6 * time.Second
+	holder := newFenceOn(t, cl.NewClient(nil), prefix, fence.WithLease(lease))
+	waiter := newFenceOn(t, cl.NewClient(nil), prefix)
+	old, replica := cl.Nodes[0], cl.Nodes[3]
+	name := namesPerMaster(t, cl.Client(), prefix, "gf", 1)[old.Addr][0]
+	held, err := holder.Acquire(ctx, name, fence.WithReplicaSync(1, 5*time.Second))
+	require.NoError(t, err)
+	channel := prefix + "{" + name + "}:ch"
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, name)
+		got <- acquired{l, err, time.Now()}
+	}()
+	require.Eventually(t, func() bool { return shardSubscribers(ctx, old.Client(), channel) == 1 },
+		10*time.Second, 5*time.Millisecond, "the waiter subscribed on the old master")
+	start := time.Now()
+	require.NoError(t, replica.Failover(ctx, testenv.FailoverGraceful))
+	require.Eventually(t, func() bool { return shardSubscribers(ctx, replica.Client(), channel) == 1 },
+		10*time.Second, 5*time.Millisecond, "the waiter resubscribed on the new master")
+	t.Logf("waiter resubscribed %v after the failover began", time.Since(start))
+	require.NoError(t, held.Err())
+	released := time.Now()
+	require.NoError(t, held.Release(ctx))
+	a := <-got
+	require.NoError(t, a.err)
+	t.Logf("waiter acquired %v after the release", a.at.Sub(released))
+	assert.Less(t, a.at.Sub(released), time.Second, "woken by the release message, not by the expiry timer (seconds away)")
+	require.NoError(t, a.l.Release(ctx))
+}
+
+// TestSentinelGracefulFailoverWaiter: SENTINEL FAILOVER; go-redis leaves a
+// failover client's pub/sub connection on the demoted master, so the
+// waiter's probe finds it off the master and moves it; the release on the
+// new master then wakes it. Before, the waiter woke only at expiry.
+func TestSentinelGracefulFailoverWaiter(t *testing.T) {
+	t.Parallel() // with the other fault tests on private topologies
+	s := testenv.NewSentinel(t)
+	ctx := ctxT(t, 60*time.Second)
+	prefix := uniquePrefix(t)
+	const lease = 6 * time.Second
+	holder := newFenceOn(t, s.NewClient(nil), prefix, fence.WithLease(lease))
+	waiter := newFenceOn(t, s.NewClient(nil), prefix)
+	old, err := s.Master(ctx)
+	require.NoError(t, err)
+	held, err := holder.Acquire(ctx, "gsf", fence.WithReplicaSync(1, 5*time.Second))
+	require.NoError(t, err)
+	channel := prefix + "{gsf}:ch"
+	subscribers := func(r *testenv.Redis) int64 {
+		n, err := r.Client().PubSubNumSub(ctx, channel).Result()
+		if err != nil {
+			return -1
+		}
+		return n[channel]
+	}
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, "gsf")
+		got <- acquired{l, err, time.Now()}
+	}()
+	require.Eventually(t, func() bool { return subscribers(old) == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the waiter subscribed on the old master")
+	start := time.Now()
+	nm, err := s.Failover(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return subscribers(nm) == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the waiter resubscribed on the new master")
+	t.Logf("waiter resubscribed %v after the failover began", time.Since(start))
+	// The holder's renewals reach the new master too.
+	require.Eventually(t, func() bool { return held.Deadline().After(time.Now().Add(lease / 2)) }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, held.Err())
+	released := time.Now()
+	require.NoError(t, held.Release(ctx))
+	a := <-got
+	require.NoError(t, a.err)
+	t.Logf("waiter acquired %v after the release", a.at.Sub(released))
+	assert.Less(t, a.at.Sub(released), time.Second, "woken by the release message, not by the expiry timer (seconds away)")
+	require.NoError(t, a.l.Release(ctx))
+}
