@@ -271,8 +271,11 @@ func (c *redisConn) Close() error { return c.rdb.Close() }
 func lockKey(prefix, name string) string    { return prefix + "{" + name + "}" }
 func channelKey(prefix, name string) string { return lockKey(prefix, name) + ":ch" }
 
-// nodeClock returns the server time, in µs, of the node that owns key.
-func (c *redisConn) nodeClock(ctx context.Context, key string) (int64, string, error) {
+// nodeClock returns the server time, in µs, of the node that owns key,
+// read once per node and kept in clocks: a clock read earlier is a lower
+// bound of the one the next acquisition reads, so comparing a mark with it
+// is conservative, and thousands of resources cost one TIME per node.
+func (c *redisConn) nodeClock(ctx context.Context, key string, clocks map[string]int64) (int64, string, error) {
 	var cmd redis.Cmdable = c.rdb
 	node := ""
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
@@ -280,13 +283,17 @@ func (c *redisConn) nodeClock(ctx context.Context, key string) (int64, string, e
 		if err != nil {
 			return 0, "", err
 		}
-		cmd, node = m, m.Options().Addr
+		cmd, node = m, c.nodeAddr(m)
+	}
+	if t, ok := clocks[node]; ok {
+		return t, node, nil
 	}
 	t, err := cmd.Time(ctx).Result()
 	if err != nil {
 		return 0, node, err
 	}
-	return t.UnixMicro(), node, nil
+	clocks[node] = t.UnixMicro()
+	return clocks[node], node, nil
 }
 
 // unreachableError is the one line printed for a server that does not answer.

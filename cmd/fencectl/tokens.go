@@ -132,6 +132,7 @@ func readFences(ctx context.Context, pool *pgxpool.Pool, names []string) ([]*tok
 // compareTokens fills in each resource's Redis side: its counter, the clock
 // of the node that owns it, and the status.
 func compareTokens(ctx context.Context, rc *redisConn, locks *fence.Client, prefix string, states []*tokenState) {
+	clocks := map[string]int64{}
 	for _, s := range states {
 		info, err := locks.Inspect(ctx, s.Resource)
 		if errors.Is(err, fence.ErrInvalidName) {
@@ -142,7 +143,7 @@ func compareTokens(ctx context.Context, rc *redisConn, locks *fence.Client, pref
 			s.Status, s.Detail = "error", oneLine(err)
 			continue
 		}
-		clock, node, err := rc.nodeClock(ctx, lockKey(prefix, s.Resource))
+		clock, node, err := rc.nodeClock(ctx, lockKey(prefix, s.Resource), clocks)
 		if err != nil {
 			s.Status, s.Detail = "error", "TIME: "+oneLine(err)
 			continue
