@@ -129,7 +129,8 @@ func TestRenewalsArePipelined(t *testing.T) {
 		require.NoError(t, err)
 		locks = append(locks, l)
 	}
-	time.Sleep(2 * lease)
+	// Every lock renewed several times (renewals run every lease/3).
+	require.Eventually(t, func() bool { return renewsInPipelines.Load() >= n*3 }, 10*time.Second, time.Millisecond)
 	for _, l := range locks {
 		require.NoError(t, l.Err())
 		require.NoError(t, l.Release(ctx))
@@ -428,7 +429,8 @@ func TestFixedLeaseAndRefresh(t *testing.T) {
 func TestGoroutinesIndependentOfLockCount(t *testing.T) {
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
-	c := newClient(t, r, nil, fence.WithLease(3*time.Second))
+	rec := &renewCounter{}
+	c := newClient(t, r, nil, fence.WithLease(3*time.Second), fence.WithObserver(rec))
 	l0, err := c.TryAcquire(ctx, "g-first")
 	require.NoError(t, err)
 	base := runtime.NumGoroutine()
@@ -448,10 +450,20 @@ func TestGoroutinesIndependentOfLockCount(t *testing.T) {
 	t.Logf("goroutines: %d with 1 lock, %d with %d locks; heap ≈ %d B per held lock", base, runtime.NumGoroutine(), n+1, perLock)
 	assert.LessOrEqual(t, runtime.NumGoroutine(), base+2, "goroutines grow with held locks")
 	assert.Less(t, perLock, int64(2048))
-	time.Sleep(1500 * time.Millisecond) // one renewal round of all of them
+	// One renewal round of all of them.
+	require.Eventually(t, func() bool { return rec.n.Load() >= n+1 }, 20*time.Second, time.Millisecond)
 	for _, l := range locks {
 		require.NoError(t, l.Err())
 	}
 	require.NoError(t, c.Close(ctx))
 	assert.ErrorIs(t, l0.Err(), fence.ErrClosed)
+}
+
+// renewCounter counts successful renewals without keeping them.
+type renewCounter struct{ n atomic.Int64 }
+
+func (c *renewCounter) OnRenew(_ context.Context, e fence.RenewEvent) {
+	if e.Err == nil {
+		c.n.Add(1)
+	}
 }
