@@ -200,3 +200,15 @@ func TestRedact(t *testing.T) {
 	s.Flush()
 	assert.Equal(t, "error: xxxxx and xxxxx\nlast xxxxx", b.String(), "a secret split across writes is still caught")
 }
+
+// A server that accepts connections but never answers (SIGSTOPped) is one
+// line too, after --timeout.
+func TestStalledServerIsOneLine(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	require.NoError(t, r.Pause())
+	t.Cleanup(func() { _ = r.Resume() })
+	code, out, errOut := fencectlProc(t, nil, "locks", "inspect", "x", "--redis", r.Addr, "--timeout", "1s")
+	assert.Equal(t, exitFailed, code)
+	assert.Empty(t, out)
+	assert.Equal(t, "fencectl: Redis at "+r.Addr+" is not reachable: no answer within the timeout (--timeout)\n", errOut)
+}

@@ -77,22 +77,6 @@ type app struct {
 	timeout        time.Duration
 }
 
-// usageError is a mistake in the command line: exit 2 and a pointer to help.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-func usageErrorf(format string, a ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, a...)}
-}
-
-// errFailed is returned by doctor after printing a failing check: the output
-// already says everything, so run prints nothing more.
-var errFailed = errors.New("failed")
-
-// errAborted is returned when the operator declines a confirmation.
-var errAborted = errors.New("aborted: nothing was changed")
-
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	secrets := collectSecrets(args)
 	out, errOut := newScrubber(stdout, secrets), newScrubber(stderr, secrets)

@@ -78,12 +78,6 @@ func (c *dbConn) Close() { c.pool.Close() }
 // the pool open.
 func (c *dbConn) sqlDB() *sql.DB { return stdlib.OpenDBFromPool(c.pool) }
 
-// errSchemaMissing says how to install the schema, with the goose CLI's
-// -table too (without it goose records the versions in the application's
-// own table).
-var errSchemaMissing = errors.New("the fencelock schema is not installed in this database: run 'fencectl migrate up'" +
-	" (with the goose CLI: goose -dir migrations -table fencelock_db_version postgres \"$DATABASE_URL\" up)")
-
 // schemaError turns "relation fencelock.x does not exist" into the fix.
 func schemaError(err error) error {
 	var pgErr *pgconn.PgError

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -295,19 +294,3 @@ func (c *redisConn) nodeClock(ctx context.Context, key string, clocks map[string
 	clocks[node] = t.UnixMicro()
 	return clocks[node], node, nil
 }
-
-// unreachableError is the one line printed for a server that does not answer.
-type unreachableError struct {
-	what, addr string
-	err        error
-}
-
-func (e *unreachableError) Error() string {
-	msg := e.err.Error()
-	if errors.Is(e.err, context.DeadlineExceeded) {
-		msg = "no answer within the timeout (--timeout)"
-	}
-	return fmt.Sprintf("%s at %s is not reachable: %s", e.what, e.addr, msg)
-}
-
-func (e *unreachableError) Unwrap() error { return e.err }
