@@ -1,0 +1,338 @@
+package fencelockotel_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/migrations"
+	fencelockotel "github.com/fencelock/fencelock/otel"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// env is a real Redis, a real Postgres database with the fencelock
+// schema, and an Observer on the real OTel SDK with an in-memory reader
+// and span recorder.
+type env struct {
+	ctx    context.Context
+	rdb    *redis.Client
+	pool   *pgxpool.Pool
+	obs    *fencelockotel.Observer
+	reader *sdkmetric.ManualReader
+	spans  *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+}
+
+func newEnv(t *testing.T, opts ...fencelockotel.Option) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	srv := testenv.NewRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	db := testenv.NewDB(t)
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	require.NoError(t, migrations.Up(ctx, sqlDB))
+	require.NoError(t, sqlDB.Close())
+	_, err := db.Pool.Exec(ctx, "CREATE TABLE stock (sku text, qty int)")
+	require.NoError(t, err)
+
+	e := &env{ctx: ctx, rdb: rdb, pool: db.Pool, reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.reader))
+	e.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()); _ = e.tp.Shutdown(context.Background()) })
+	e.obs, err = fencelockotel.New(append([]fencelockotel.Option{
+		fencelockotel.WithMeterProvider(mp), fencelockotel.WithTracerProvider(e.tp)}, opts...)...)
+	require.NoError(t, err)
+	return e
+}
+
+func (e *env) client(t *testing.T, opts ...fence.ClientOption) *fence.Client {
+	t.Helper()
+	c, err := fence.New(e.rdb, append([]fence.ClientOption{fence.WithObserver(e.obs)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+func (e *env) store(t *testing.T) *pgfence.Store {
+	t.Helper()
+	s, err := pgfence.New(e.pool, pgfence.WithObserver(e.obs))
+	require.NoError(t, err)
+	return s
+}
+
+func (e *env) collect(t *testing.T) metricdata.ResourceMetrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, e.reader.Collect(context.Background(), &rm))
+	return rm
+}
+
+// find returns the metric called name, failing the test if it is absent.
+func find(t *testing.T, rm metricdata.ResourceMetrics, name string) metricdata.Metrics {
+	t.Helper()
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				assert.Equal(t, fencelockotel.ScopeName, sm.Scope.Name)
+				return m
+			}
+		}
+	}
+	require.Failf(t, "metric missing", "no metric %q", name)
+	return metricdata.Metrics{}
+}
+
+func matches(set attribute.Set, kv []attribute.KeyValue) bool {
+	for _, want := range kv {
+		got, ok := set.Value(want.Key)
+		if !ok || got != want.Value {
+			return false
+		}
+	}
+	return true
+}
+
+// has reports whether the metric called name was recorded at all (the SDK
+// exports an instrument only after its first measurement).
+func has(rm metricdata.ResourceMetrics, name string) bool {
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// count sums a counter's points whose attributes include kv.
+func count(t *testing.T, rm metricdata.ResourceMetrics, name string, kv ...attribute.KeyValue) int64 {
+	t.Helper()
+	sum, ok := find(t, rm, name).Data.(metricdata.Sum[int64])
+	require.True(t, ok, "%s is an int64 sum", name)
+	var n int64
+	for _, p := range sum.DataPoints {
+		if matches(p.Attributes, kv) {
+			n += p.Value
+		}
+	}
+	return n
+}
+
+// hist sums a histogram's counts and sums over points whose attributes
+// include kv.
+func hist(t *testing.T, rm metricdata.ResourceMetrics, name string, kv ...attribute.KeyValue) (n uint64, sum float64) {
+	t.Helper()
+	h, ok := find(t, rm, name).Data.(metricdata.Histogram[float64])
+	require.True(t, ok, "%s is a float64 histogram", name)
+	for _, p := range h.DataPoints {
+		if matches(p.Attributes, kv) {
+			n += p.Count
+			sum += p.Sum
+		}
+	}
+	return n, sum
+}
+
+// allAttrs lists every attribute key on every point of every metric.
+func allAttrs(rm metricdata.ResourceMetrics) map[attribute.Key]bool {
+	keys := map[attribute.Key]bool{}
+	add := func(s attribute.Set) {
+		for _, kv := range s.ToSlice() {
+			keys[kv.Key] = true
+		}
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					add(p.Attributes)
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					add(p.Attributes)
+				}
+			}
+		}
+	}
+	return keys
+}
+
+func insert(sku string) func(ctx context.Context, tx pgx.Tx) error {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO stock VALUES ($1, 1)", sku)
+		return err
+	}
+}
+
+var (
+	outcome = fencelockotel.KeyOutcome.String
+	reason  = fencelockotel.KeyReason.String
+	end     = fencelockotel.KeyEnd.String
+)
+
+// The scripted late writer: worker A takes the lock and writes batch 1;
+// its lock key vanishes while it is paused (deleted here, as expiry or a
+// Redis failover would); worker B takes the lock, repeats batch 1 (already
+// applied) and writes batch 2; A wakes up and writes batch 2 with its old
+// token (stale); A's next renewal finds the lock taken. Every step is a
+// metric and a span.
+func TestLateWriterMetricsAndSpans(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	locks := e.client(t)
+	store := e.store(t)
+
+	// A renews by hand (a fixed lease), so its Refresh below is the
+	// renewal that finds the lock taken.
+	a, err := locks.Acquire(ctx, "stock", fence.WithFixedLease(30*time.Second))
+	require.NoError(t, err)
+	_, err = locks.TryAcquire(ctx, "stock") // B, too early
+	require.ErrorIs(t, err, fence.ErrNotAcquired)
+
+	parentCtx, parent := e.tp.Tracer("test").Start(ctx, "batch")
+	_, err = guard.Exec(parentCtx, store, a, insert("b1"), guard.WithKey("batch-1"))
+	parent.End()
+	require.NoError(t, err)
+
+	// A pauses; its key goes.
+	paused := lateWriter{name: a.Name(), holder: a.Holder(), token: a.Token()}
+	require.NoError(t, e.rdb.Del(ctx, fence.DefaultPrefix+"{stock}").Err())
+
+	b, err := locks.Acquire(ctx, "stock", fence.WithLease(300*time.Millisecond))
+	require.NoError(t, err)
+	require.Greater(t, b.Token(), a.Token())
+	_, err = guard.Exec(ctx, store, b, insert("b1"), guard.WithKey("batch-1"))
+	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+	_, err = guard.Exec(ctx, store, b, insert("b2"), guard.WithKey("batch-2"))
+	require.NoError(t, err)
+
+	// A wakes up and writes: the database refuses.
+	_, err = guard.Exec(ctx, store, paused, insert("late"), guard.WithKey("batch-2-late"))
+	require.ErrorIs(t, err, guard.ErrStaleToken)
+	// A's next renewal finds the lock taken.
+	require.ErrorIs(t, a.Refresh(ctx, 30*time.Second), fence.ErrLockLost)
+
+	// B's watchdog renews (every lease/3) before B releases.
+	require.Eventually(t, func() bool {
+		rm := e.collect(t)
+		return has(rm, "fencelock.lock.renewals") && count(t, rm, "fencelock.lock.renewals", outcome("ok")) >= 1
+	}, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, b.Release(ctx))
+
+	rm := e.collect(t)
+	assert.EqualValues(t, 2, count(t, rm, "fencelock.lock.acquisitions", outcome("acquired")))
+	assert.EqualValues(t, 1, count(t, rm, "fencelock.lock.acquisitions", outcome("not_acquired")))
+	n, _ := hist(t, rm, "fencelock.lock.wait.duration")
+	assert.EqualValues(t, 3, n, "a wait time per acquisition")
+	assert.EqualValues(t, 1, count(t, rm, "fencelock.lock.losses", reason("taken")))
+	n, _ = hist(t, rm, "fencelock.lock.hold.duration", end("lost"))
+	assert.EqualValues(t, 1, n)
+	n, sum := hist(t, rm, "fencelock.lock.hold.duration", end("released"))
+	assert.EqualValues(t, 1, n)
+	assert.Greater(t, sum, 0.1, "B held its lock through a renewal (lease/3 = 100 ms)")
+	assert.Zero(t, count(t, rm, "fencelock.lock.renewals", outcome("error")))
+
+	assert.EqualValues(t, 2, count(t, rm, "fencelock.guard.execs", outcome("committed"), reason("none")))
+	assert.EqualValues(t, 1, count(t, rm, "fencelock.guard.execs", outcome("rejected"), reason("already_applied")))
+	assert.EqualValues(t, 1, count(t, rm, "fencelock.guard.execs", outcome("rejected"), reason("stale_token")))
+	assert.Zero(t, count(t, rm, "fencelock.guard.execs", outcome("unknown")))
+	n, sum = hist(t, rm, "fencelock.guard.exec.duration")
+	assert.EqualValues(t, 4, n)
+	assert.Positive(t, sum)
+
+	keys := allAttrs(rm)
+	assert.False(t, keys[fencelockotel.KeyLockName] || keys[fencelockotel.KeyResource],
+		"no names on metrics by default: %v", keys)
+
+	// Spans: one per acquisition call and per Exec, with the outcome.
+	var execs, acquires []sdktrace.ReadOnlySpan
+	for _, s := range e.spans.Ended() {
+		switch s.Name() {
+		case "guard.Exec":
+			execs = append(execs, s)
+		case "fence.Acquire":
+			acquires = append(acquires, s)
+		}
+	}
+	require.Len(t, execs, 4)
+	require.Len(t, acquires, 3)
+	attrs := func(s sdktrace.ReadOnlySpan) attribute.Set { return attribute.NewSet(s.Attributes()...) }
+	first := execs[0]
+	assert.Equal(t, parent.SpanContext().SpanID(), first.Parent().SpanID(), "guard.Exec is a child of the caller's span")
+	assert.Equal(t, parent.SpanContext().TraceID(), first.SpanContext().TraceID())
+	assert.True(t, matches(attrs(first), []attribute.KeyValue{outcome("committed"),
+		fencelockotel.KeyResource.String("stock"), fencelockotel.KeyToken.Int64(a.Token()),
+		fencelockotel.KeyKey.String("batch-1")}), "%v", first.Attributes())
+	assert.False(t, first.StartTime().After(first.EndTime()))
+	assert.True(t, first.EndTime().Sub(first.StartTime()) > 0)
+	late := execs[3]
+	assert.True(t, matches(attrs(late), []attribute.KeyValue{outcome("rejected"), reason("stale_token"),
+		fencelockotel.KeyToken.Int64(a.Token())}), "%v", late.Attributes())
+	assert.Equal(t, "Error", late.Status().Code.String())
+	assert.Contains(t, late.Status().Description, "stale fencing token")
+	assert.True(t, matches(attrs(acquires[1]), []attribute.KeyValue{outcome("not_acquired"),
+		fencelockotel.KeyLockName.String("stock")}), "%v", acquires[1].Attributes())
+	assert.Equal(t, trace.SpanKindClient, acquires[0].SpanKind())
+}
+
+// WithNameAttribute puts the lock and resource names on the metrics.
+func TestNameAttribute(t *testing.T) {
+	e := newEnv(t, fencelockotel.WithNameAttribute())
+	locks := e.client(t)
+	l, err := locks.Acquire(e.ctx, "eu")
+	require.NoError(t, err)
+	_, err = guard.Exec(e.ctx, e.store(t), l, insert("x"))
+	require.NoError(t, err)
+	require.NoError(t, l.Release(e.ctx))
+	rm := e.collect(t)
+	assert.EqualValues(t, 1, count(t, rm, "fencelock.lock.acquisitions", fencelockotel.KeyLockName.String("eu")))
+	assert.EqualValues(t, 1, count(t, rm, "fencelock.guard.execs", fencelockotel.KeyResource.String("eu"), outcome("committed")))
+	n, _ := hist(t, rm, "fencelock.lock.hold.duration", fencelockotel.KeyLockName.String("eu"), end("released"))
+	assert.EqualValues(t, 1, n)
+}
+
+// A lock that reaches its max hold is a loss with reason max_hold.
+func TestMaxHoldLoss(t *testing.T) {
+	e := newEnv(t)
+	locks := e.client(t)
+	l, err := locks.Acquire(e.ctx, "short", fence.WithMaxHold(50*time.Millisecond))
+	require.NoError(t, err)
+	<-l.Done()
+	require.Eventually(t, func() bool {
+		rm := e.collect(t)
+		return has(rm, "fencelock.lock.losses") && count(t, rm, "fencelock.lock.losses", reason("max_hold")) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	n, _ := hist(t, e.collect(t), "fencelock.lock.hold.duration", end("max_hold"))
+	assert.EqualValues(t, 1, n)
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []fencelockotel.Option{nil, fencelockotel.WithMeterProvider(nil), fencelockotel.WithTracerProvider(nil)} {
+		_, err := fencelockotel.New(o)
+		require.ErrorIs(t, err, fencelockotel.ErrInvalidOption)
+		assert.NotContains(t, err.Error(), "\n")
+	}
+	// The global providers by default.
+	o, err := fencelockotel.New()
+	require.NoError(t, err)
+	require.NotNil(t, o)
+}

@@ -1,0 +1,53 @@
+package fencelockotel
+
+import (
+	"fmt"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	mp    metric.MeterProvider
+	tp    trace.TracerProvider
+	names bool
+}
+
+// WithMeterProvider sets where the metrics go (default: the global one,
+// otel.GetMeterProvider(), as it is when New runs).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return fmt.Errorf("%w: WithMeterProvider(nil): pass a provider, or omit the option for the global one", ErrInvalidOption)
+		}
+		c.mp = mp
+		return nil
+	}
+}
+
+// WithTracerProvider sets where the spans go (default: the global one,
+// otel.GetTracerProvider(), as it is when New runs).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) error {
+		if tp == nil {
+			return fmt.Errorf("%w: WithTracerProvider(nil): pass a provider, or omit the option for the global one", ErrInvalidOption)
+		}
+		c.tp = tp
+		return nil
+	}
+}
+
+// WithNameAttribute adds the lock name (fencelock.lock.name) and the
+// guarded resource (fencelock.resource) to every metric. Off by default:
+// each name becomes a series of every instrument, which is fine for a
+// handful of fixed lock names and costly for one lock per customer or
+// batch. Spans always carry them.
+func WithNameAttribute() Option {
+	return func(c *config) error {
+		c.names = true
+		return nil
+	}
+}
