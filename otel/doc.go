@@ -15,7 +15,7 @@
 //
 //	fencelock.lock.acquisitions    counter    outcome=acquired|reacquired|not_acquired|error
 //	fencelock.lock.wait.duration   histogram  outcome   time an acquisition waited for another holder
-//	fencelock.lock.hold.duration   histogram  end=released|lost|max_hold|release_failed
+//	fencelock.lock.hold.duration   histogram  end=released|lost|max_hold
 //	fencelock.lock.renewals        counter    outcome=ok|error
 //	fencelock.lock.losses          counter    reason=gone|taken|deadline|lease_ended|max_hold|other
 //	fencelock.guard.execs          counter    outcome=committed|rejected|failed|unknown, reason
