@@ -25,12 +25,18 @@ type recorder struct {
 	mu   sync.Mutex
 	all  *[]string
 	evs  []guard.ExecEvent
+	// cancellable counts events whose ctx could be cancelled (it must
+	// carry values only).
+	cancellable int
 }
 
 func (r *recorder) OnExec(ctx context.Context, e guard.ExecEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.evs = append(r.evs, e)
+	if ctx.Done() != nil {
+		r.cancellable++
+	}
 	if r.all != nil {
 		*r.all = append(*r.all, r.name)
 	}
@@ -145,6 +151,7 @@ func TestObserverOutcomes(t *testing.T) {
 	})
 	stock, _ := rows(t, pool)
 	assert.EqualValues(t, 2, stock, "the committed Exec and the committed step")
+	assert.Zero(t, rec.cancellable, "observers get a ctx without cancellation")
 }
 
 // A read-only database's refusal is named (pgfence's reason).
