@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fencelock/fencelock/fence"
@@ -40,6 +41,7 @@ const (
 type Observer struct {
 	tracer trace.Tracer
 	names  bool
+	sets   sync.Map // setKey → metric.MeasurementOption
 
 	acquisitions metric.Int64Counter
 	wait         metric.Float64Histogram
@@ -120,13 +122,24 @@ func New(opts ...Option) (*Observer, error) {
 }
 
 // attrs is a metric attribute set of the fixed attributes kv, plus the
-// name when WithNameAttribute is on.
+// name when WithNameAttribute is on. Without names the sets are few and
+// fixed: each is built once and reused.
 func (o *Observer) attrs(nameKey attribute.Key, name string, kv ...attribute.KeyValue) metric.MeasurementOption {
 	if o.names {
-		kv = append(kv, nameKey.String(name))
+		return metric.WithAttributeSet(attribute.NewSet(append(kv, nameKey.String(name))...))
 	}
-	return metric.WithAttributeSet(attribute.NewSet(kv...))
+	var k setKey
+	copy(k[:], kv)
+	if m, ok := o.sets.Load(k); ok {
+		return m.(metric.MeasurementOption)
+	}
+	m, _ := o.sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
+	return m.(metric.MeasurementOption)
 }
+
+// setKey is a fixed attribute set (at most two string attributes, which
+// compare as values).
+type setKey [2]attribute.KeyValue
 
 // acquireOutcome is the outcome label of an acquisition.
 func acquireOutcome(e fence.AcquireEvent) string {
