@@ -7,6 +7,7 @@ import (
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -65,3 +66,61 @@ func (pgxDatabase) TxQueryInt(ctx context.Context, tx pgx.Tx, sql string, args .
 }
 
 func (pgxDatabase) TxCommit(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }
+
+// TestContractPgBouncer runs the same contract with every store behind
+// PgBouncer in transaction pooling mode, on a pool that keeps pgx's default
+// exec mode (cache_statement): pgfence's own statements must work there
+// whatever the user's pool does. Each store gets a PgBouncer of its own, as
+// another process would, so that one opened after the database was made
+// read-only gets server connections that see it so.
+func TestContractPgBouncer(t *testing.T) {
+	guardtest.Run(t, guardtest.Harness[pgx.Tx]{
+		Open: func(t testing.TB) guardtest.Database[pgx.Tx] {
+			db := newDB(t)
+			return bouncedDatabase{pgxDatabase: pgxDatabase{url: db.URL, pool: db.Pool}, tdb: db}
+		},
+		Run: func(s guard.Store[pgx.Tx], l guard.Lease, key string) guardtest.Runner[pgx.Tx] {
+			return s.(*pgfence.Store).Run(l, key)
+		},
+		ErrReadOnly:     pgfence.ErrReadOnly,
+		ErrRunFinished:  pgfence.ErrRunFinished,
+		ErrInvalidInput: pgfence.ErrInvalidInput,
+	})
+}
+
+type bouncedDatabase struct {
+	pgxDatabase
+	tdb *testenv.DB
+}
+
+func (d bouncedDatabase) NewStore(t testing.TB) guard.Store[pgx.Tx] {
+	t.Helper()
+	b, err := testenv.StartPgBouncer(d.tdb.Server, 4)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() { _ = b.Stop() })
+	p, err := pgxpool.New(context.Background(), b.URL(d.tdb.Name))
+	if err != nil {
+		t.Fatalf("pgxpool.New through PgBouncer: %v", err)
+	}
+	t.Cleanup(p.Close)
+	if mode := p.Config().ConnConfig.DefaultQueryExecMode; mode != pgx.QueryExecModeCacheStatement {
+		t.Fatalf("pool exec mode %v, want pgx's default (cache_statement)", mode)
+	}
+	return newStore(t, p)
+}
+
+// The contract's own statements (the user's, in fn and around it) name the
+// exec mode a transaction pooler needs, as the README tells users to; the
+// pool's default stays pgx's, which only pgfence's statements meet.
+
+func (bouncedDatabase) TxExec(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
+	_, err := tx.Exec(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+	return err
+}
+
+func (bouncedDatabase) TxQueryInt(ctx context.Context, tx pgx.Tx, sql string, args ...any) (n int64, err error) {
+	err = tx.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...).Scan(&n)
+	return n, err
+}
