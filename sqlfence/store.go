@@ -37,6 +37,8 @@ type Store struct {
 	// nonce marks the transactions this Store opens (see txn.Commit).
 	nonce  string
 	serial atomic.Uint64
+	// observers are reported every Exec through the Store (WithObserver).
+	observers []guard.Observer
 }
 
 // New returns a Store over db, a *sql.DB opened with a Postgres driver

@@ -1,0 +1,58 @@
+package sqlfence
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fencelock/fencelock/guard"
+)
+
+var (
+	_ guard.ObservedStore     = (*Store)(nil)
+	_ guard.RejectionReasoner = (*Store)(nil)
+	_ guard.ObservedStore     = runStore{}
+	_ guard.RejectionReasoner = runStore{}
+)
+
+// WithObserver adds o to the Store's observers: every guard.Exec through
+// the Store, and every Run.Step and Run.Finish, reports to it (see
+// guard.Observer; a metrics adapter, guard.NewLogObserver). Set it once
+// here rather than per call with guard.WithObserver; each call of the
+// option adds one. o must implement at least one of guard's observer
+// interfaces.
+func WithObserver(o guard.Observer) Option {
+	return func(s *Store) error {
+		if o == nil {
+			return fmt.Errorf("%w: WithObserver(nil): pass an observer, or omit the option", ErrInvalidOption)
+		}
+		if _, ok := o.(guard.ExecObserver); !ok {
+			return fmt.Errorf("%w: WithObserver(%T): it implements none of guard's observer interfaces (guard.ExecObserver)", ErrInvalidOption, o)
+		}
+		s.observers = append(s.observers[:len(s.observers):len(s.observers)], o)
+		return nil
+	}
+}
+
+// Observers returns the observers set with WithObserver
+// (guard.ObservedStore: guard.Exec reports to them).
+func (s *Store) Observers() []guard.Observer { return s.observers }
+
+// RejectionReason names the refusals guard does not know by name
+// (guard.RejectionReasoner): a finished run and a read-only database.
+func (s *Store) RejectionReason(err error) guard.Reason { return rejectionReason(err) }
+
+// Observers implements guard.ObservedStore for a run's steps.
+func (rs runStore) Observers() []guard.Observer { return rs.s.observers }
+
+// RejectionReason implements guard.RejectionReasoner for a run's steps.
+func (rs runStore) RejectionReason(err error) guard.Reason { return rejectionReason(err) }
+
+func rejectionReason(err error) guard.Reason {
+	switch {
+	case errors.Is(err, ErrRunFinished):
+		return guard.ReasonRunFinished
+	case errors.Is(err, ErrReadOnly):
+		return guard.ReasonReadOnly
+	}
+	return ""
+}

@@ -1,0 +1,86 @@
+package sqlfence_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/sqlfence"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type execRecorder struct {
+	mu  sync.Mutex
+	evs []guard.ExecEvent
+}
+
+func (r *execRecorder) OnExec(_ context.Context, e guard.ExecEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evs = append(r.evs, e)
+}
+
+func (r *execRecorder) last(t *testing.T) guard.ExecEvent {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.NotEmpty(t, r.evs, "no event reached the store's observer")
+	return r.evs[len(r.evs)-1]
+}
+
+// An observer set once on the Store hears every Exec and every run step
+// through it, with the outcome and reason of real refusals by the database.
+func TestStoreObserver(t *testing.T) {
+	ctx := testCtx(t)
+	_, db := newDB(t)
+	mustExec(t, db, "CREATE TABLE stock (sku text, writer text)")
+	rec := &execRecorder{}
+	s := newStore(t, db, sqlfence.WithObserver(rec))
+
+	_, err := guard.Exec(ctx, s, lease{"r", 5, "h"}, insert("a"), guard.WithKey("k1"))
+	require.NoError(t, err)
+	e := rec.last(t)
+	assert.Equal(t, guard.Committed, e.Outcome)
+	assert.Equal(t, "r", e.Resource)
+	assert.Equal(t, int64(5), e.Token)
+	assert.Equal(t, "k1", e.Key)
+
+	_, err = guard.Exec(ctx, s, lease{"r", 6, "h"}, insert("b"), guard.WithKey("k1"))
+	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+	e = rec.last(t)
+	assert.Equal(t, guard.Rejected, e.Outcome)
+	assert.Equal(t, guard.ReasonAlreadyApplied, e.Reason)
+
+	_, err = guard.Exec(ctx, s, lease{"r", 4, "old"}, insert("c"))
+	require.ErrorIs(t, err, guard.ErrStaleToken)
+	e = rec.last(t)
+	assert.Equal(t, guard.Rejected, e.Outcome)
+	assert.Equal(t, guard.ReasonStaleToken, e.Reason)
+
+	_, err = guard.Exec(ctx, s, lease{"r", 6, "h"}, func(context.Context, *sql.Tx) error { return errors.New("boom") })
+	require.Error(t, err)
+	assert.Equal(t, guard.Failed, rec.last(t).Outcome)
+
+	run := s.Run(lease{"run", 1, "h"}, "batch-1")
+	require.NoError(t, run.Step(ctx, "1", insert("run")))
+	assert.Equal(t, guard.Committed, rec.last(t).Outcome, "a run's step reports to the store's observer")
+	require.NoError(t, run.Finish(ctx))
+	err = run.Step(ctx, "2", insert("run"))
+	require.ErrorIs(t, err, sqlfence.ErrRunFinished)
+	e = rec.last(t)
+	assert.Equal(t, guard.Rejected, e.Outcome)
+	assert.Equal(t, guard.ReasonRunFinished, e.Reason, "a finished run is named as such, not as an applied key")
+	assert.Equal(t, int64(2), count(t, db, "SELECT count(*) FROM stock"), "only the committed writes are there")
+}
+
+func TestWithObserverValidates(t *testing.T) {
+	_, db := newDB(t)
+	_, err := sqlfence.New(db, sqlfence.WithObserver(nil))
+	require.ErrorIs(t, err, sqlfence.ErrInvalidOption)
+	_, err = sqlfence.New(db, sqlfence.WithObserver(struct{}{}))
+	require.ErrorIs(t, err, sqlfence.ErrInvalidOption)
+}
