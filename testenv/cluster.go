@@ -110,13 +110,36 @@ func StartRedisCluster(ctx context.Context, opts ...ClusterOption) (*Cluster, er
 	if cfg.nodeTimeout < 100*time.Millisecond {
 		return nil, fmt.Errorf("testenv: cluster node timeout %v: want at least 100ms", cfg.nodeTimeout)
 	}
-	c := &Cluster{cfg: cfg, replicaOf: map[string]string{}}
-	if err := c.start(ctx); err != nil {
+	// A fresh node can be met by a node of another cluster before ours
+	// meets it: a surviving node of a cluster whose member was killed keeps
+	// handshaking with the dead member's address, and the kernel may have
+	// given that port to one of our nodes. Such a node then knows a
+	// stranger (CLUSTER SET-CONFIG-EPOCH refuses: "knows other node" or
+	// "epoch is already non-zero", or the cluster never agrees). That
+	// attempt is thrown away and the cluster started again on new ports.
+	var errs []error
+	for attempt := 1; attempt <= clusterStartAttempts; attempt++ {
+		c := &Cluster{cfg: cfg, replicaOf: map[string]string{}}
+		err := c.start(ctx)
+		if err == nil {
+			return c, nil
+		}
 		_ = c.Stop()
-		return nil, err
+		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, err))
+		if !errors.Is(err, errStrangerNode) || ctx.Err() != nil {
+			break
+		}
 	}
-	return c, nil
+	return nil, errors.Join(errs...)
 }
+
+// clusterStartAttempts bounds how often a cluster start is retried after a
+// node of another cluster met one of ours.
+const clusterStartAttempts = 4
+
+// errStrangerNode marks a start attempt spoiled by a node of another
+// cluster (see StartRedisCluster).
+var errStrangerNode = errors.New("testenv: a node of another cluster met a new cluster node; start again on new ports")
 
 // NewRedisCluster starts a private cluster for the test (faults allowed),
 // stopped at the end of the test. A cluster that cannot be started fails the
@@ -213,6 +236,19 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		nd.ID = id
 	}
+	ids := map[string]bool{}
+	for _, nd := range c.Nodes {
+		ids[nd.ID] = true
+	}
+	// stranger reports a node nd knows that is not one of ours.
+	stranger := func(nd *ClusterNode, v clusterView) error {
+		for id, e := range v {
+			if !ids[id] && !e.has("handshake") {
+				return fmt.Errorf("%w: %s knows %s (%s)", errStrangerNode, nd.Addr, e.addr, id)
+			}
+		}
+		return nil
+	}
 	// Slots split evenly over the masters, each with its own config epoch
 	// (as redis-cli --cluster create does) so no epoch collision has to be
 	// resolved before the cluster is stable.
@@ -227,7 +263,9 @@ func (c *Cluster) start(ctx context.Context) error {
 			return fmt.Errorf("testenv: CLUSTER ADDSLOTSRANGE on %s: %w", nd.Addr, err)
 		}
 		if err := nd.adminClient().Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
-			return fmt.Errorf("testenv: CLUSTER SET-CONFIG-EPOCH on %s: %w", nd.Addr, err)
+			// Refused only when the node already knows another node or
+			// bumped its epoch for one: nobody of ours has met it yet.
+			return fmt.Errorf("testenv: CLUSTER SET-CONFIG-EPOCH on %s: %w (%w)", nd.Addr, err, errStrangerNode)
 		}
 	}
 	first := c.Nodes[0]
@@ -237,11 +275,18 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 	}
 	// A replica can follow only a master it knows.
-	err := poll(ctx, "every cluster node to know every other", func() (bool, string) {
+	var met error
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err := poll(pctx, "every cluster node to know every other", func() (bool, string) {
 		for _, nd := range c.Nodes {
 			v, err := nd.view(ctx)
 			if err != nil {
 				return false, err.Error()
+			}
+			if met = stranger(nd, v); met != nil {
+				cancel()
+				return false, met.Error()
 			}
 			if len(v) != n {
 				return false, fmt.Sprintf("%s knows %d of %d nodes", nd.Addr, len(v), n)
@@ -254,6 +299,9 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		return true, ""
 	})
+	if met != nil {
+		return met
+	}
 	if err != nil {
 		return err
 	}
