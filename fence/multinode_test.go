@@ -165,6 +165,44 @@ func watchFailover(t *testing.T, killed time.Time, done func(context.Context) bo
 	return ft
 }
 
+// failoverLease is the holder's lease in the failover tests. Its
+// renewals (every lease/3) are spaced well apart from the failover so the
+// two mechanisms a waiter may wake by are far apart: the release message
+// (milliseconds) and its PTTL timer, which cannot fire before the held
+// key's first expiry, a lease after it was acquired (see
+// assertWokenByRelease).
+const failoverLease = 24 * time.Second
+
+// failoverBound bounds how long after a failover acquisitions and
+// renewals work again: typically well under a second; without fence's
+// own slot-map reload it took go-redis's periodic refresh (60 s). Wide, so
+// that a loaded machine does not fail it; the figures are logged.
+const failoverBound = 10 * time.Second
+
+// sleepUntilRenewalDue sleeps until shortly before held's next renewal
+// falls due (lease/3 after its last renewal or acquisition began), so that
+// a failover the caller starts next is still on when it does.
+func sleepUntilRenewalDue(held *fence.Lock, lease time.Duration) {
+	lastStart := held.Deadline().Add(-lease + lease/100 + 2*time.Millisecond)
+	time.Sleep(time.Until(lastStart.Add(lease/3 - 300*time.Millisecond)))
+}
+
+// assertWokenByRelease checks that a waiter that acquired at `at` was
+// woken by the release message sent at released, not by its PTTL timer:
+// that timer fires no earlier than the key expiry the waiter's last
+// attempt saw, and the held key (acquired at heldSince with lease) never
+// expires before heldSince+lease, as renewals only push its expiry later.
+func assertWokenByRelease(t *testing.T, heldSince, released, at time.Time, lease time.Duration) {
+	t.Helper()
+	timerEarliest := heldSince.Add(lease)
+	wake := at.Sub(released)
+	t.Logf("waiter acquired %v after the release; its PTTL timer could not fire before %v after the release",
+		wake, timerEarliest.Sub(released).Round(time.Millisecond))
+	assert.True(t, at.Before(timerEarliest), "woken by the release message, not by the expiry timer: acquired %v after the release, %v after the held key's first expiry",
+		wake, at.Sub(timerEarliest))
+	assert.Less(t, wake, 5*time.Second, "woken promptly by the release message")
+}
+
 // recommendedDialerRetries is the go-redis DialerRetries the README
 // recommends for cluster clients with fence: fence retries by itself, and
 // go-redis's dial retries of a dead master (5, 100 ms apart) delay how

@@ -512,7 +512,13 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, hold
 				} else if c.waiter.resubscribe(wctx, sub) {
 					continue
 				}
-				timer.Reset(retryAfter(rep.pttl))
+				wait := retryAfter(rep.pttl)
+				if sub != nil && c.waiter.movePending(sub) {
+					// Without this, a channel whose slot map was still
+					// stale moved only at the lock's expiry.
+					wait = min(wait, movePendingRetry)
+				}
+				timer.Reset(wait)
 			}
 		}
 		if !announced {

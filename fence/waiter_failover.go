@@ -151,6 +151,25 @@ func (m *waiter) resubscribe(ctx context.Context, s *subscription) bool {
 	return true
 }
 
+// movePending reports whether s's channel must move (its cluster node's
+// connection broke or the server dropped it) but resubscribe could not move
+// it yet: the slot map still named the old node. The waiter then tries
+// again after movePendingRetry rather than at the lock's expiry.
+func (m *waiter) movePending(s *subscription) bool {
+	if _, ok := m.c.rdb.(*redis.ClusterClient); !ok {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cs := m.subs[s.ch]
+	return !m.closed && cs != nil && (cs.group.broken || cs.stale)
+}
+
+// movePendingRetry spaces a waiter's attempts while its channel waits to
+// move: go-redis reloads the slot map in the background, typically within
+// milliseconds of a failover or slot move.
+const movePendingRetry = 100 * time.Millisecond
+
 // dropUnused closes a cluster node's broken connection that no channel
 // uses any more, rather than redial a node that may be gone for good; the
 // next subscription to that node opens a new one. It reports whether g
