@@ -55,7 +55,9 @@ func TestHelpPerCommand(t *testing.T) {
 		{[]string{"migrate", "status", "--help"}, []string{"--db", "--output"}, []string{"--redis"}},
 		{[]string{"locks", "inspect", "-h"}, []string{"--redis", "--prefix", "--output"}, []string{"--db"}},
 		{[]string{"locks", "release", "-h"}, []string{"--force", "--yes", "--redis"}, []string{"--db", "--output"}},
-		{[]string{"tokens", "show", "-h"}, []string{"--db", "--redis", "--output"}, nil},
+		// The address forms in help are shown whole, not mistaken for a URL
+		// with a password and masked.
+		{[]string{"tokens", "show", "-h"}, []string{"--db", "--redis", "--output", "postgres://user[:password]@host"}, []string{"xxxxx"}},
 		{[]string{"tokens", "repair", "-h"}, []string{"--db", "--redis", "--all"}, []string{"--output"}},
 		{[]string{"runs", "list", "-h"}, []string{"--db", "--state", "--output"}, []string{"--redis"}},
 		{[]string{"runs", "prune", "-h"}, []string{"--older-than", "--dry-run"}, []string{"--redis"}},
@@ -189,6 +191,10 @@ func TestRedact(t *testing.T) {
 	} {
 		assert.Equal(t, want, redactAddr(in), in)
 	}
+	var h strings.Builder
+	hs := newScrubber(&h, nil)
+	_, _ = hs.Write([]byte("postgres://user[:password]@host:port/db or redis://[user:password@]host:port\n"))
+	assert.Equal(t, "postgres://user[:password]@host:port/db or redis://[user:password@]host:port\n", h.String(), "usage text is not a URL with a password")
 	secrets := collectSecrets([]string{"--db=postgres://u:p%40ss@h/db", "redis://:pw2@h"})
 	assert.Contains(t, secrets, "p@ss")
 	assert.Contains(t, secrets, "p%40ss")

@@ -29,7 +29,7 @@ const mask = "xxxxx"
 var dsnPassword = regexp.MustCompile(`(?i)(password=)('(?:[^'\\]|\\.)*'|[^\s&]*)`)
 
 // urlUserinfo matches scheme://user:password@ anywhere in a text.
-var urlUserinfo = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)([^@\s]*)@`)
+var urlUserinfo = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s\[\]]*:)([^@\s\[\]]*)@`)
 
 // redactAddr returns s (a URL, a keyword DSN or host:port) with any password
 // replaced by xxxxx.
