@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/oneline"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -279,9 +280,9 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	lost := l.Err()
 	rerr := l.Release(ctx)
 	if lost != nil {
-		return errors.Join(ferr, lost)
+		return oneline.Join(ferr, lost)
 	}
-	return errors.Join(ferr, rerr)
+	return oneline.Join(ferr, rerr)
 }
 
 // attempt runs the acquire script once. It returns the lock, or the reply
@@ -500,7 +501,7 @@ func (c *Client) Close(ctx context.Context) error {
 	c.wd.close()
 	c.waiter.close()
 	c.waitServerChecks()
-	return errors.Join(errs...)
+	return oneline.Join(errs...)
 }
 
 func newHolderID() string {

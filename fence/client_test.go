@@ -259,6 +259,8 @@ func TestDo(t *testing.T) {
 		return ctx.Err()
 	}, fence.WithLease(300*time.Millisecond))
 	assert.ErrorIs(t, err, fence.ErrLockLost)
+	assert.ErrorIs(t, err, context.Canceled, "fn's error is kept next to the loss")
+	assert.NotContains(t, err.Error(), "\n", "fn's error and the loss on one line")
 }
 
 func TestClose(t *testing.T) {

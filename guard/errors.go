@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/fencelock/fencelock/internal/oneline"
 )
 
 var (
@@ -93,12 +95,12 @@ func (e *LeaseLostError) Error() string {
 	b.WriteString(ErrLeaseLost.Error())
 	if e.Cause != nil {
 		b.WriteString(" (")
-		b.WriteString(oneLine(e.Cause.Error()))
+		b.WriteString(oneline.Fold(e.Cause.Error()))
 		b.WriteString(")")
 	}
 	if e.Err != nil {
 		b.WriteString("; ")
-		b.WriteString(oneLine(e.Err.Error()))
+		b.WriteString(oneline.Fold(e.Err.Error()))
 	}
 	return b.String()
 }
@@ -113,43 +115,4 @@ func (e *LeaseLostError) Unwrap() []error {
 		errs = append(errs, e.Err)
 	}
 	return errs
-}
-
-// multiError is errors.Join on one line: log lines stay lines.
-type multiError []error
-
-func (m multiError) Error() string {
-	msgs := make([]string, len(m))
-	for i, err := range m {
-		msgs[i] = oneLine(err.Error())
-	}
-	return strings.Join(msgs, "; ")
-}
-
-func (m multiError) Unwrap() []error { return m }
-
-// join is errors.Join with a one-line message; nil errors are dropped.
-func join(errs ...error) error {
-	var m multiError
-	for _, err := range errs {
-		if err != nil {
-			m = append(m, err)
-		}
-	}
-	switch len(m) {
-	case 0:
-		return nil
-	case 1:
-		return m[0]
-	}
-	return m
-}
-
-// oneLine folds the line breaks of a wrapped message (errors.Join's
-// among them) into "; ".
-func oneLine(s string) string {
-	if !strings.ContainsAny(s, "\r\n") {
-		return s
-	}
-	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }), "; ")
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/oneline"
 )
 
 // Lease is what Exec needs of a lock: the resource it guards, its fencing
@@ -199,7 +201,7 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	abort := func(err error) error {
 		ended = true
 		if rerr := rollback(ctx, txn); errors.Is(rerr, ErrTxEnded) {
-			return join(rerr, err)
+			return oneline.Join(rerr, err)
 		}
 		return err
 	}
