@@ -24,6 +24,9 @@ const (
 	// MaxKeyLen is the longest idempotency key (guard.WithKey) and run
 	// key (Store.Run) pgfence accepts, in bytes.
 	MaxKeyLen = 1024
+	// MaxCursorLen is the longest cursor Run.Step accepts, in bytes (the
+	// cursor is not indexed: a sanity bound, the same as sqlfence's).
+	MaxCursorLen = 1 << 20
 )
 
 // checkClaim rejects what guard.NewClaim rejects, for callers that build a

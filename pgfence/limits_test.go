@@ -66,6 +66,9 @@ func TestOversizedNames(t *testing.T) {
 		{"run key", pgfence.ErrInvalidInput, func() error {
 			return s.Run(lease{"r", 1, "a"}, long(pgfence.MaxKeyLen+1)).Step(ctx, "1", fn)
 		}},
+		{"cursor", pgfence.ErrInvalidInput, func() error {
+			return s.Run(lease{"r", 1, "a"}, "run").Step(ctx, long(pgfence.MaxCursorLen+1), fn)
+		}},
 		{"advance", guard.ErrInvalidLease, func() error { return s.Advance(ctx, lease{long(pgfence.MaxResourceLen + 1), 1, "a"}) }},
 		{"protect", pgfence.ErrInvalidOption, func() error {
 			return s.Protect(ctx, "stock", pgfence.ForResource(long(pgfence.MaxResourceLen+1)))

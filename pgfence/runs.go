@@ -69,6 +69,9 @@ func (r *Run) Step(ctx context.Context, newCursor string, fn func(ctx context.Co
 	if err != nil {
 		return err
 	}
+	if len(newCursor) > MaxCursorLen {
+		return fmt.Errorf("%w: cursor is %d bytes, at most %d are accepted: keep a position in it (a chunk number, the last id), not the data", ErrInvalidInput, len(newCursor), MaxCursorLen)
+	}
 	if err := checkText("cursor", newCursor); err != nil {
 		return err
 	}

@@ -60,6 +60,13 @@ func (t *txn) Commit(ctx context.Context) error {
 		t.rollback(ctx)
 		return mapError(err)
 	}
+	// ctx ended after the claim: roll back rather than race database/sql,
+	// which may or may not send COMMIT once the transaction's context is
+	// cancelled. Nothing was committed, and Exec says so.
+	if ctx.Err() != nil {
+		t.rollback(ctx)
+		return fmt.Errorf("sqlfence: commit not sent, nothing was committed: %w", context.Cause(ctx))
+	}
 	// database/sql's Commit takes no context; the driver sends COMMIT with
 	// the transaction's, tied to ctx for the duration.
 	stop := context.AfterFunc(ctx, t.cancel)
