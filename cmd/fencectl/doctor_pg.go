@@ -82,8 +82,10 @@ func (d *doctor) checkMigrations(ctx context.Context, db *dbConn) {
 	case len(pending) == 0:
 		d.ok("migrations", fmt.Sprintf("%d of %d applied (latest %s), recorded in %s", len(applied), total, applied[len(applied)-1], migrations.VersionTable))
 	case len(applied) == 0 && schema:
-		d.fail("migrations", fmt.Sprintf("schema fencelock exists but %s records none of its %d migrations (installed with the goose CLI without -table?)", migrations.VersionTable, total),
-			"goose -dir migrations -table "+migrations.VersionTable+" postgres \"$DATABASE_URL\" up, or drop schema fencelock and run 'fencectl migrate up'")
+		// Status adopts a schema that matches the migrations, so this one
+		// does not match them: a goose CLI run would fail on it too.
+		d.fail("migrations", fmt.Sprintf("schema fencelock exists, but it does not match the migrations and %s records none of its %d migrations", migrations.VersionTable, total),
+			"'fencectl migrate up' says what differs; if nothing in schema fencelock is yours, DROP SCHEMA fencelock CASCADE, then fencectl migrate up --db \"$DATABASE_URL\"")
 	case len(applied) == 0:
 		d.fail("migrations", fmt.Sprintf("the fencelock schema is not installed (0 of %d migrations applied)", total),
 			"fencectl migrate up --db \"$DATABASE_URL\"")
