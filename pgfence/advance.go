@@ -28,7 +28,7 @@ func (s *Store) Advance(ctx context.Context, lease guard.Lease) error {
 		return mapError(err)
 	}
 	if s.autocommits() {
-		s.adv.add(c.Resource, c.Token, c.Holder)
+		s.adv.Add(c.Resource, c.Token, c.Holder)
 	}
 	return nil
 }

@@ -2,10 +2,9 @@ package pgfence
 
 import (
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/pgtext"
 )
 
 // Length limits, checked before anything is sent. The resource is the
@@ -59,22 +58,8 @@ func checkClaim(c guard.Claim) error {
 	return nil
 }
 
-// checkLen rejects s longer than max bytes; the error matches
-// ErrInvalidInput and kind.
 func checkLen(what, s string, max int, kind error) error {
-	if len(s) <= max {
-		return nil
-	}
-	return fmt.Errorf("%w: %w: %s is %d bytes, at most %d are accepted (it is part of a btree key): use a shorter one, e.g. a hash of it", ErrInvalidInput, kind, what, len(s), max)
+	return pgtext.Len(what, s, max, ErrInvalidInput, kind)
 }
 
-// checkText rejects strings that Postgres text cannot hold.
-func checkText(what, s string) error {
-	if strings.IndexByte(s, 0) >= 0 {
-		return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalidInput, what)
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidInput, what)
-	}
-	return nil
-}
+func checkText(what, s string) error { return pgtext.Text(what, s, ErrInvalidInput) }

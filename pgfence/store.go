@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/claimcache"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -48,7 +49,7 @@ type Store struct {
 	idleTimeoutText []byte
 	// adv lets a transaction skip advance when this Store has already
 	// seen its claim stored.
-	adv advanced
+	adv claimcache.Cache
 	// observers are reported every Exec through the Store (WithObserver).
 	observers []guard.Observer
 }

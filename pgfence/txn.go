@@ -50,9 +50,9 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, erro
 	}
 	v := s.values(c, run)
 	// Once this Store has seen the claim stored it sends no advance at
-	// all (see advanced); when the token is already stored, advance only
+	// all (see internal/claimcache); when the token is already stored, advance only
 	// reads; when it is stale it fails, and so does open.
-	advance := !s.adv.has(c.Resource, c.Token, c.Holder)
+	advance := !s.adv.Has(c.Resource, c.Token, c.Holder)
 	cache := advance && s.autocommits()
 	var (
 		t      *txn
@@ -73,7 +73,7 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, erro
 	}
 	if cache && advance && advErr == nil && (err == nil || errors.Is(err, guard.ErrAlreadyApplied)) {
 		// advance committed: the token is stored.
-		s.adv.add(c.Resource, c.Token, c.Holder)
+		s.adv.Add(c.Resource, c.Token, c.Holder)
 	}
 	return t, err
 }

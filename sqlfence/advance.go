@@ -24,6 +24,6 @@ func (s *Store) Advance(ctx context.Context, lease guard.Lease) error {
 	if _, err = s.db.ExecContext(ctx, "SELECT fencelock.claim($1, $2, $3)", c.Resource, c.Token, c.Holder); err != nil {
 		return mapError(err)
 	}
-	s.adv.add(c.Resource, c.Token, c.Holder)
+	s.adv.Add(c.Resource, c.Token, c.Holder)
 	return nil
 }

@@ -7,12 +7,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/claimcache"
+	"github.com/fencelock/fencelock/internal/pgtext"
 )
 
 var (
@@ -29,7 +29,7 @@ type Store struct {
 	idleTimeout time.Duration
 	// adv lets a transaction skip advance when this Store has already
 	// seen its claim stored.
-	adv advanced
+	adv claimcache.Cache
 	// open is the check statement, with the timeouts.
 	open string
 	// openColumns is the number of columns openQuery returns.
@@ -142,11 +142,11 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, erro
 	if err := checkClaim(c); err != nil {
 		return nil, err
 	}
-	if !s.adv.has(c.Resource, c.Token, c.Holder) {
+	if !s.adv.Has(c.Resource, c.Token, c.Holder) {
 		if _, err := s.db.ExecContext(ctx, advanceSQL, c.Resource, c.Token, c.Holder); err != nil {
 			return nil, mapError(err)
 		}
-		s.adv.add(c.Resource, c.Token, c.Holder)
+		s.adv.Add(c.Resource, c.Token, c.Holder)
 	}
 
 	// The transaction lives on a context of its own: database/sql rolls a
@@ -279,22 +279,8 @@ func checkClaim(c guard.Claim) error {
 	return nil
 }
 
-// checkLen rejects s longer than max bytes; the error matches
-// ErrInvalidInput and kind.
 func checkLen(what, s string, max int, kind error) error {
-	if len(s) <= max {
-		return nil
-	}
-	return fmt.Errorf("%w: %w: %s is %d bytes, at most %d are accepted (it is part of a btree key): use a shorter one, e.g. a hash of it", ErrInvalidInput, kind, what, len(s), max)
+	return pgtext.Len(what, s, max, ErrInvalidInput, kind)
 }
 
-// checkText rejects strings that Postgres text cannot hold.
-func checkText(what, s string) error {
-	if strings.IndexByte(s, 0) >= 0 {
-		return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalidInput, what)
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidInput, what)
-	}
-	return nil
-}
+func checkText(what, s string) error { return pgtext.Text(what, s, ErrInvalidInput) }
