@@ -33,7 +33,7 @@ func TestCluster(t *testing.T) {
 	c2 := newClient(t, r, cc, fence.WithObserver(rec2))
 	l, err := c1.Acquire(ctx, "cl") // 30 s lease: only the release message hands it over fast
 	require.NoError(t, err)
-	short, err := c1.Acquire(ctx, "renewed", fence.WithLease(300*time.Millisecond))
+	short, err := c1.Acquire(ctx, "renewed", fence.WithLease(1500*time.Millisecond))
 	require.NoError(t, err)
 	got := make(chan *fence.Lock, 1)
 	go func() {

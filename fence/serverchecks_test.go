@@ -62,7 +62,8 @@ func TestClusterUserWithoutScript(t *testing.T) {
 	require.True(t, redis.IsPermissionError(cc.ScriptLoad(ctx, "return 1").Err()), "the user may not SCRIPT LOAD")
 
 	flushScripts(t, admin)
-	const lease = 300 * time.Millisecond
+	// Renewals every lease/3; a loaded machine cannot delay one by a lease.
+	const lease = time.Second
 	prefix := uniquePrefix(t)
 	c := newFenceOn(t, cc, prefix, fence.WithLease(lease))
 	var locks []*fence.Lock
@@ -71,9 +72,9 @@ func TestClusterUserWithoutScript(t *testing.T) {
 		require.NoError(t, err)
 		locks = append(locks, l)
 	}
-	time.Sleep(3 * lease)
+	time.Sleep(2 * lease)  // 6 renewals due
 	flushScripts(t, admin) // lost again mid-hold
-	time.Sleep(3 * lease)
+	time.Sleep(2 * lease)
 	for _, l := range locks {
 		require.NoError(t, l.Err(), "lock %s renewed without SCRIPT LOAD", l.Name())
 		require.NoError(t, l.Release(ctx))
