@@ -30,6 +30,55 @@ var (
 	_ querier = (pgx.Tx)(nil)
 )
 
+// stmts sends fn's statements to q until it is closed; then each returns
+// pgx.ErrTxClosed. fnTx and its savepoints share it.
+type stmts struct {
+	q      querier
+	closed bool
+}
+
+func (s *stmts) Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error) {
+	if s.closed {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	return s.q.Exec(ctx, sql, arguments...)
+}
+
+func (s *stmts) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if s.closed {
+		return errRows{}, pgx.ErrTxClosed
+	}
+	return s.q.Query(ctx, sql, args...)
+}
+
+func (s *stmts) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if s.closed {
+		return errRow{}
+	}
+	return s.q.QueryRow(ctx, sql, args...)
+}
+
+func (s *stmts) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if s.closed {
+		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
+	}
+	return s.q.SendBatch(ctx, b)
+}
+
+func (s *stmts) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
+	if s.closed {
+		return 0, pgx.ErrTxClosed
+	}
+	return s.q.CopyFrom(ctx, tableName, columnNames, rowSrc)
+}
+
+func (s *stmts) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if s.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return s.q.Prepare(ctx, name, sql)
+}
+
 // fnTx is the pgx.Tx fn receives. Statements go straight to the
 // connection; the transaction itself belongs to guard.Exec: Commit and
 // Rollback return guard.ErrTxOwned and send nothing, so fn cannot commit
@@ -38,9 +87,8 @@ var (
 // Exec has committed or rolled back, every method returns pgx.ErrTxClosed:
 // a tx kept past Exec cannot run on a connection back in the pool.
 type fnTx struct {
-	q      querier
-	conn   *pgx.Conn
-	closed bool
+	stmts
+	conn *pgx.Conn
 	// savepoints numbers the savepoints of Begin.
 	savepoints int64
 }
@@ -56,7 +104,7 @@ func (t *fnTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if _, err := t.q.Exec(ctx, "SAVEPOINT sp_"+strconv.FormatInt(n, 10)); err != nil {
 		return nil, err
 	}
-	return &savepoint{tx: t, n: n}, nil
+	return &savepoint{stmts: stmts{q: t}, tx: t, n: n}, nil
 }
 
 // Commit returns guard.ErrTxOwned: return nil from fn to commit.
@@ -75,57 +123,15 @@ func (t *fnTx) Rollback(context.Context) error {
 	return guard.ErrTxOwned
 }
 
-func (t *fnTx) Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error) {
-	if t.closed {
-		return pgconn.CommandTag{}, pgx.ErrTxClosed
-	}
-	return t.q.Exec(ctx, sql, arguments...)
-}
-
-func (t *fnTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.closed {
-		return errRows{}, pgx.ErrTxClosed
-	}
-	return t.q.Query(ctx, sql, args...)
-}
-
-func (t *fnTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.closed {
-		return errRow{}
-	}
-	return t.q.QueryRow(ctx, sql, args...)
-}
-
-func (t *fnTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.closed {
-		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
-	}
-	return t.q.SendBatch(ctx, b)
-}
-
-func (t *fnTx) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
-	if t.closed {
-		return 0, pgx.ErrTxClosed
-	}
-	return t.q.CopyFrom(ctx, tableName, columnNames, rowSrc)
-}
-
-func (t *fnTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if t.closed {
-		return nil, pgx.ErrTxClosed
-	}
-	return t.q.Prepare(ctx, name, sql)
-}
-
 func (t *fnTx) LargeObjects() pgx.LargeObjects { return largeObjects(t) }
 
 func (t *fnTx) Conn() *pgx.Conn { return t.conn }
 
 // savepoint is a pseudo-nested transaction of fnTx.
 type savepoint struct {
-	tx     *fnTx
-	n      int64
-	closed bool
+	stmts // q is the fnTx: closed when either is
+	tx    *fnTx
+	n     int64
 }
 
 func (sp *savepoint) Begin(ctx context.Context) (pgx.Tx, error) {
@@ -153,48 +159,6 @@ func (sp *savepoint) Rollback(ctx context.Context) error {
 	_, err := sp.Exec(ctx, "ROLLBACK TO SAVEPOINT sp_"+strconv.FormatInt(sp.n, 10))
 	sp.closed = true
 	return err
-}
-
-func (sp *savepoint) Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error) {
-	if sp.closed {
-		return pgconn.CommandTag{}, pgx.ErrTxClosed
-	}
-	return sp.tx.Exec(ctx, sql, arguments...)
-}
-
-func (sp *savepoint) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if sp.closed {
-		return errRows{}, pgx.ErrTxClosed
-	}
-	return sp.tx.Query(ctx, sql, args...)
-}
-
-func (sp *savepoint) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if sp.closed {
-		return errRow{}
-	}
-	return sp.tx.QueryRow(ctx, sql, args...)
-}
-
-func (sp *savepoint) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if sp.closed {
-		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
-	}
-	return sp.tx.SendBatch(ctx, b)
-}
-
-func (sp *savepoint) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
-	if sp.closed {
-		return 0, pgx.ErrTxClosed
-	}
-	return sp.tx.CopyFrom(ctx, tableName, columnNames, rowSrc)
-}
-
-func (sp *savepoint) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if sp.closed {
-		return nil, pgx.ErrTxClosed
-	}
-	return sp.tx.Prepare(ctx, name, sql)
 }
 
 func (sp *savepoint) LargeObjects() pgx.LargeObjects { return largeObjects(sp) }

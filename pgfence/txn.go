@@ -119,7 +119,7 @@ func (s *Store) beginOnConn(ctx context.Context, conn *pgx.Conn, v claimValues, 
 	case o.skipped || b.skipped:
 		return fail(errUnexpected)
 	}
-	return &txn{s: s, tx: &fnTx{q: conn, conn: conn}, conn: conn, closeVals: v.close, release: release}, nil, nil
+	return &txn{s: s, tx: &fnTx{stmts: stmts{q: conn}, conn: conn}, conn: conn, closeVals: v.close, release: release}, nil, nil
 }
 
 // beginGeneric is the begin for a DB other than a pool or a conn: advance,
@@ -155,7 +155,7 @@ func (s *Store) beginGeneric(ctx context.Context, v claimValues, advance bool) (
 		}
 		return nil, nil, mapError(err)
 	}
-	return &txn{s: s, tx: &fnTx{q: tx, conn: tx.Conn()}, inner: tx, closeVals: v.close, release: func() {}}, nil, nil
+	return &txn{s: s, tx: &fnTx{stmts: stmts{q: tx}, conn: tx.Conn()}, inner: tx, closeVals: v.close, release: func() {}}, nil, nil
 }
 
 // Commit claims the fence and commits, in one round trip on a pool or a
