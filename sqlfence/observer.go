@@ -1,10 +1,8 @@
 package sqlfence
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/storeobs"
 )
 
 var (
@@ -22,11 +20,8 @@ var (
 // interfaces.
 func WithObserver(o guard.Observer) Option {
 	return func(s *Store) error {
-		if o == nil {
-			return fmt.Errorf("%w: WithObserver(nil): pass an observer, or omit the option", ErrInvalidOption)
-		}
-		if _, ok := o.(guard.ExecObserver); !ok {
-			return fmt.Errorf("%w: WithObserver(%T): it implements none of guard's observer interfaces (guard.ExecObserver)", ErrInvalidOption, o)
+		if err := storeobs.Check(o, ErrInvalidOption); err != nil {
+			return err
 		}
 		s.observers = append(s.observers[:len(s.observers):len(s.observers)], o)
 		return nil
@@ -48,11 +43,5 @@ func (rs runStore) Observers() []guard.Observer { return rs.s.observers }
 func (rs runStore) RejectionReason(err error) guard.Reason { return rejectionReason(err) }
 
 func rejectionReason(err error) guard.Reason {
-	switch {
-	case errors.Is(err, ErrRunFinished):
-		return guard.ReasonRunFinished
-	case errors.Is(err, ErrReadOnly):
-		return guard.ReasonReadOnly
-	}
-	return ""
+	return storeobs.Reason(err, ErrRunFinished, ErrReadOnly)
 }
