@@ -179,7 +179,7 @@ type cutAfterCommit struct {
 
 func (c cutAfterCommit) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
-	if c.armed.Load() && bytes.Contains(b, []byte("fencelock.close")) {
+	if c.armed.Load() && (bytes.Contains(b, []byte("fencelock.close")) || bytes.Contains(b, []byte("fencelock_close_"))) {
 		c.armed.Store(false)
 		_ = c.Conn.Close()
 	}

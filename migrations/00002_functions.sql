@@ -18,20 +18,24 @@
 --   GRANT USAGE ON SCHEMA fencelock TO app;
 --   GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO app;
 --
--- and no privilege on the tables: it cannot lower a token by hand. Each
--- pins its search_path (SET search_path = pg_catalog, pg_temp, and names
--- every fencelock object with its schema), so a caller cannot slip its own
--- operators or tables in front of the real ones. EXECUTE is revoked from
--- PUBLIC at the end of this file; a later migration that adds a function
--- must revoke it too.
+-- and no privilege on the tables: it cannot lower a token by hand. None of
+-- them can be steered by the caller's search_path (its own operators or
+-- tables in front of the real ones): each pins it (SET search_path =
+-- pg_catalog, pg_temp, and names every fencelock object with its schema),
+-- except open and close, which run in every guarded transaction and
+-- instead name everything with its schema, pg_catalog's operators and
+-- types included (a SET clause costs a settings save and restore per
+-- call). EXECUTE is revoked from PUBLIC at the end of this file; a later
+-- migration that adds a function must revoke it too.
 --
--- The helpers (check_args, check_token, apply_key and the raise_*
--- functions) are SECURITY INVOKER and carry no SET clause, which would
--- cost a settings save and restore per call (and keep the checks from
--- being inlined): they run inside an entry point, with its rights and its
--- pinned search_path. Called directly they have only the caller's rights
--- (apply_key, the one that writes, fails with permission denied for an
--- application role).
+-- The helpers (check_args, check_token, apply_key, open_full, close_full
+-- and the raise_* functions) are SECURITY INVOKER: they run inside an
+-- entry point, with its rights. check_args and check_token carry no SET
+-- clause, which would keep them from being inlined, and run only inside
+-- entry points that pin the search_path; open_full and close_full pin it
+-- themselves, since open and close do not. Called directly they have only
+-- the caller's rights (apply_key, open_full and close_full, which read or
+-- write the tables, fail with permission denied for an application role).
 --
 -- SQLSTATEs, each raised in exactly one place with one DETAIL shape (JSON):
 --   FL001  stale token (raise_stale, from check_token): a higher token, or the same token with
@@ -295,19 +299,19 @@ END;
 $$;
 -- +goose StatementEnd
 
--- open is the check at the start of a guarded transaction, in one call
--- (one statement in the begin round trip): FL001 when the stored token for
+-- open_full is open's whole check, with its search_path pinned; open
+-- hands over to it for anything but the common case. It is the check at
+-- the start of a guarded transaction: FL001 when the stored token for
 -- p_resource is higher than p_token, or equal with another holder; FL003
 -- when p_key is already applied; FL004 when the run p_run_key is finished.
 -- It locks nothing and stores nothing, and records the claim-to-be in the
 -- transaction-local settings that the protect trigger reads (close relies
 -- on them). Returns the stored token (0 when the resource is new).
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION fencelock.open(p_resource text, p_token bigint, p_holder text,
+CREATE OR REPLACE FUNCTION fencelock.open_full(p_resource text, p_token bigint, p_holder text,
                                           p_key text DEFAULT NULL, p_run_key text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -341,6 +345,63 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- open is the check at the start of a guarded transaction, in one call
+-- (one statement in the begin round trip): FL001 when the stored token for
+-- p_resource is higher than p_token, or equal with another holder; FL003
+-- when p_key is already applied; FL004 when the run p_run_key is finished.
+-- It locks nothing and stores nothing, and records the claim-to-be in the
+-- transaction-local settings that the protect trigger reads (close relies
+-- on them). Returns the stored token (0 when the resource is new).
+--
+-- It runs in every guarded transaction, so it is written for speed: the
+-- common case (the token is the stored one, the key is new, the run is not
+-- finished) is a single read of the fence row, one lookup per key or run,
+-- and the settings; anything else goes to open_full, which raises what
+-- applies. It is SECURITY DEFINER without a SET search_path clause (a
+-- settings save and restore on every call, about a sixth of its cost):
+-- instead every name in it is schema-qualified, operators and types
+-- included, so the caller's search_path cannot change what it runs.
+-- migrations' TestHotPathQualified checks that; keep it so when editing.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencelock.open(p_resource text, p_token bigint, p_holder text,
+                                          p_key text DEFAULT NULL, p_run_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+AS $$
+DECLARE
+    cur        bigint;
+    cur_holder pg_catalog.text;
+BEGIN
+    SELECT f.token, f.holder INTO cur, cur_holder
+      FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) p_resource;
+    IF (cur OPERATOR(pg_catalog.=) p_token AND cur_holder OPERATOR(pg_catalog.=) p_holder) IS NOT TRUE
+       OR p_key OPERATOR(pg_catalog.=) '' OR p_run_key OPERATOR(pg_catalog.=) '' THEN
+        RETURN fencelock.open_full(p_resource, p_token, p_holder, p_key, p_run_key);
+    END IF;
+    IF p_key IS NOT NULL THEN
+        PERFORM FROM fencelock.applied a
+          WHERE a.resource OPERATOR(pg_catalog.=) p_resource AND a.key OPERATOR(pg_catalog.=) p_key;
+        IF FOUND THEN
+            RETURN fencelock.open_full(p_resource, p_token, p_holder, p_key, p_run_key);
+        END IF;
+    END IF;
+    IF p_run_key IS NOT NULL THEN
+        PERFORM FROM fencelock.runs r
+          WHERE r.resource OPERATOR(pg_catalog.=) p_resource AND r.run_key OPERATOR(pg_catalog.=) p_run_key AND r.finished;
+        IF FOUND THEN
+            RETURN fencelock.open_full(p_resource, p_token, p_holder, p_key, p_run_key);
+        END IF;
+    END IF;
+    RETURN CASE WHEN pg_catalog.set_config('fencelock.resource', p_resource, true) IS NULL
+                  OR pg_catalog.set_config('fencelock.token', p_token::pg_catalog.text, true) IS NULL
+                  OR pg_catalog.set_config('fencelock.holder', p_holder, true) IS NULL
+                THEN NULL ELSE cur END;
+END;
+$$;
+-- +goose StatementEnd
+
+
 -- precheck is open without a run, for raw SQL writers that want the
 -- non-locking check before they write (the protect trigger or a later
 -- claim still claims under the lock).
@@ -355,8 +416,9 @@ AS $$
 $$;
 -- +goose StatementEnd
 
--- close is the claim at the end of a guarded transaction, in the round
--- trip that carries COMMIT, in one call: it claims the fence (as claim
+-- close_full is close's whole claim, with its search_path pinned; close
+-- hands over to it for anything but the common case. It is the claim at
+-- the end of a guarded transaction: it claims the fence (as claim
 -- does), records p_key, and then, with p_run_key, moves the run's cursor
 -- to p_cursor (FL004 when the run is finished) or, with p_finish, finishes
 -- the run (finishing a finished run is a no-op). Call it after open in the
@@ -372,12 +434,11 @@ $$;
 -- advance) does it hand over to claim, which stores it under FOR UPDATE.
 -- Returns the stored token (0 when the resource was new).
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION fencelock.close(p_resource text, p_token bigint, p_holder text,
+CREATE OR REPLACE FUNCTION fencelock.close_full(p_resource text, p_token bigint, p_holder text,
                                            p_key text DEFAULT NULL, p_run_key text DEFAULT NULL,
                                            p_cursor text DEFAULT NULL, p_finish boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -425,6 +486,64 @@ BEGIN
         END IF;
     END IF;
     RETURN coalesce(cur, 0);
+END;
+$$;
+-- +goose StatementEnd
+
+-- close is the claim at the end of a guarded transaction, in the round
+-- trip that carries COMMIT, in one call: it claims the fence (as claim
+-- does), records p_key, and then, with p_run_key, moves the run's cursor
+-- to p_cursor (FL004 when the run is finished) or, with p_finish, finishes
+-- the run (finishing a finished run is a no-op). Call it after open in the
+-- same transaction: it leaves the protect trigger's settings as open set
+-- them. Returns the stored token (0 when the resource was new).
+--
+-- Like open it is written for speed, schema-qualified throughout and
+-- without a SET clause: the common case (the stored token is p_token of
+-- p_holder, as advance left it; a key not applied before; a step of a run
+-- that has started and is not finished) reads the fence row under FOR
+-- SHARE, moves the run with one UPDATE and records the key with one
+-- INSERT; anything else (a lower or missing stored token to claim, a
+-- newer one to refuse, a run's first step or its finish, an applied key,
+-- bad arguments) goes to close_full, which does all of it again and
+-- raises what applies. The run is moved before the key is recorded so
+-- that close_full never finds the key recorded by this very call.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencelock.close(p_resource text, p_token bigint, p_holder text,
+                                           p_key text DEFAULT NULL, p_run_key text DEFAULT NULL,
+                                           p_cursor text DEFAULT NULL, p_finish boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+AS $$
+DECLARE
+    cur        bigint;
+    cur_holder pg_catalog.text;
+BEGIN
+    SELECT f.token, f.holder INTO cur, cur_holder
+      FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) p_resource FOR SHARE;
+    IF (cur OPERATOR(pg_catalog.=) p_token AND cur_holder OPERATOR(pg_catalog.=) p_holder) IS NOT TRUE
+       OR p_finish OR p_key OPERATOR(pg_catalog.=) '' OR p_run_key OPERATOR(pg_catalog.=) ''
+       OR (p_run_key IS NULL AND p_cursor IS NOT NULL) THEN
+        RETURN fencelock.close_full(p_resource, p_token, p_holder, p_key, p_run_key, p_cursor, p_finish);
+    END IF;
+    IF p_run_key IS NOT NULL THEN
+        UPDATE fencelock.runs r
+           SET token = p_token, cursor = COALESCE(p_cursor, ''), updated_at = pg_catalog.now()
+         WHERE r.resource OPERATOR(pg_catalog.=) p_resource AND r.run_key OPERATOR(pg_catalog.=) p_run_key
+           AND NOT r.finished;
+        IF NOT FOUND THEN
+            RETURN fencelock.close_full(p_resource, p_token, p_holder, p_key, p_run_key, p_cursor, p_finish);
+        END IF;
+    END IF;
+    IF p_key IS NOT NULL THEN
+        INSERT INTO fencelock.applied (resource, key, token) VALUES (p_resource, p_key, p_token)
+        ON CONFLICT (resource, key) DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN fencelock.close_full(p_resource, p_token, p_holder, p_key, p_run_key, p_cursor, p_finish);
+        END IF;
+    END IF;
+    RETURN cur;
 END;
 $$;
 -- +goose StatementEnd
@@ -528,6 +647,10 @@ COMMENT ON FUNCTION fencelock.claim(text, bigint, text, text) IS
     'claim(resource, token, holder[, key]): call first in a raw SQL transaction that writes fenced data. Stores the token if it is newer, accepts it if it is the stored one with the same holder, else FL001; locks the fence row until the transaction ends; with key records it (FL003 if applied). Returns the previous token (0 if none). 22023 on empty/invalid arguments.';
 COMMENT ON FUNCTION fencelock.advance(text, bigint, text) IS
     'advance(resource, token, holder): pgfence, before BEGIN, in its own transaction: stores a newer token (as claim), only reads when it is already stored, FL001 when stale. Returns the stored token.';
+COMMENT ON FUNCTION fencelock.open_full(text, bigint, text, text, text) IS
+    'Internal (called by open for anything but the common case): open''s whole check, with a pinned search_path; raises FL001, FL003, FL004 or 22023.';
+COMMENT ON FUNCTION fencelock.close_full(text, bigint, text, text, text, text, boolean) IS
+    'Internal (called by close for anything but the common case): close''s whole claim, with a pinned search_path; claims a lower or missing token, raises FL001, FL003, FL004 or 22023.';
 COMMENT ON FUNCTION fencelock.open(text, bigint, text, text, text) IS
     'open(resource, token, holder[, key[, run_key]]): pgfence, after BEGIN: non-locking check, FL001 stale token, FL003 key applied, FL004 run finished; sets the settings the protect trigger reads. Returns the stored token (0 if none).';
 COMMENT ON FUNCTION fencelock.precheck(text, bigint, text, text) IS
@@ -575,6 +698,8 @@ DROP FUNCTION fencelock.run_state(text, text);
 DROP FUNCTION fencelock.close(text, bigint, text, text, text, text, boolean);
 DROP FUNCTION fencelock.precheck(text, bigint, text, text);
 DROP FUNCTION fencelock.open(text, bigint, text, text, text);
+DROP FUNCTION fencelock.close_full(text, bigint, text, text, text, text, boolean);
+DROP FUNCTION fencelock.open_full(text, bigint, text, text, text);
 DROP FUNCTION fencelock.advance(text, bigint, text);
 DROP FUNCTION fencelock.claim(text, bigint, text, text);
 DROP FUNCTION fencelock.apply_key(text, text, bigint);

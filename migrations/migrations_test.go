@@ -48,7 +48,7 @@ func objects(t *testing.T, db *sql.DB) (tables, functions, triggers int) {
 	return
 }
 
-var wantFunctions = []string{"advance", "apply_key", "check_args", "check_token", "claim", "close", "open", "precheck", "protect_guard",
+var wantFunctions = []string{"advance", "apply_key", "check_args", "check_token", "claim", "close", "close_full", "open", "open_full", "precheck", "protect_guard",
 	"prune", "raise_applied", "raise_finished", "raise_invalid", "raise_stale", "run_state"}
 
 func functionNames(t *testing.T, db *sql.DB) []string {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/fencelock/fencelock/migrations"
@@ -15,8 +16,13 @@ import (
 )
 
 // entryPoints are the functions callers use: SECURITY DEFINER with a pinned
-// search_path. The rest are helpers that run inside them.
+// search_path, but for hotPath. The rest are helpers that run inside them.
 var entryPoints = []string{"advance", "claim", "close", "open", "precheck", "protect_guard", "prune", "run_state"}
+
+// hotPath are the entry points every guarded transaction runs: no SET
+// clause (a settings save and restore per call), every name qualified
+// instead (TestHotPathQualified, TestHotPathHostileSearchPath).
+var hotPath = map[string]bool{"open": true, "close": true}
 
 // A DBA reads the schema in \d+ and \df+: every table and function says
 // what it is. Entry points run as their owner with a pinned search_path;
@@ -57,9 +63,15 @@ SELECT p.proname, coalesce(obj_description(p.oid, 'pg_proc'), ''), p.prosecdef,
 		require.NoError(t, rows.Scan(&name, &comment, &secdef, &config, &public))
 		assert.NotEmpty(t, comment, "COMMENT ON FUNCTION fencelock.%s", name)
 		assert.False(t, public, "fencelock.%s executable by PUBLIC", name)
-		if secdef {
+		switch {
+		case secdef && hotPath[name]:
+			definers = append(definers, name)
+			assert.Empty(t, config, "fencelock.%s has no SET clause", name)
+		case secdef:
 			definers = append(definers, name)
 			assert.Equal(t, "search_path=pg_catalog, pg_temp", config, "fencelock.%s pins its search_path", name)
+		case strings.HasSuffix(name, "_full"):
+			assert.Equal(t, "search_path=pg_catalog, pg_temp", config, "fencelock.%s pins its search_path (open and close do not)", name)
 		}
 	}
 	require.NoError(t, rows.Err())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,6 +46,25 @@ func benchPools(b *testing.B) map[string]*pgxpool.Pool {
 	return map[string]*pgxpool.Pool{"direct": db.Pool, "delay=1ms": delayed}
 }
 
+// clientCPU reports this process's CPU time (user and system) per
+// operation as client-µs/op, when the benchmark ends: the client side of
+// the cost (Postgres runs in processes of its own).
+func clientCPU(b *testing.B) {
+	b.Helper()
+	start := cpuTime()
+	b.Cleanup(func() {
+		if b.N > 0 {
+			b.ReportMetric(float64((cpuTime()-start).Microseconds())/float64(b.N), "client-µs/op")
+		}
+	})
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func writeOne(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, "INSERT INTO bench_stock (sku, qty) VALUES ($1, $2)", "sku-1", 5)
 	return err
@@ -56,6 +76,7 @@ func BenchmarkExecPlain(b *testing.B) {
 			pool := benchPools(b)[name]
 			ctx := context.Background()
 			b.ResetTimer()
+			clientCPU(b)
 			for b.Loop() {
 				tx, err := pool.Begin(ctx)
 				if err != nil {
@@ -80,6 +101,7 @@ func BenchmarkExecGuarded(b *testing.B) {
 			ctx := context.Background()
 			l := lease{"bench", 1, "h"}
 			b.ResetTimer()
+			clientCPU(b)
 			for b.Loop() {
 				if _, err := guard.Exec(ctx, s, l, writeOne); err != nil {
 					b.Fatal(err)
@@ -100,6 +122,7 @@ func BenchmarkExecGuardedKeyed(b *testing.B) {
 			l := lease{"bench", 1, "h"}
 			i := 0
 			b.ResetTimer()
+			clientCPU(b)
 			for b.Loop() {
 				i++
 				if _, err := guard.Exec(ctx, s, l, writeOne, guard.WithKey("batch-"+strconv.Itoa(i))); err != nil {

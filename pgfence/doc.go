@@ -55,10 +55,24 @@
 //
 // # Poolers
 //
-// pgfence's own statements are unnamed statements of the extended
-// protocol (pgx's QueryExecModeExec), whatever the pool's
-// default_query_exec_mode, so they work through PgBouncer in transaction
-// pooling mode. fn's statements use the pool's mode: behind a transaction
+// pgfence's own statements are bound parameters, never literals. On a
+// connection that goes straight to Postgres they are prepared once per
+// connection, under names of their own (fencelock_open_..., visible in
+// pg_prepared_statements), and bound by name afterwards: parsing and
+// planning them in every transaction would cost the server about as much
+// again as everything else pgfence adds. Behind a pooler they go out as
+// unnamed statements of the extended protocol (pgx's QueryExecModeExec),
+// whatever the pool's default_query_exec_mode, so they work through
+// PgBouncer in transaction pooling mode, where a named statement may not
+// exist on the server connection the next transaction gets. pgfence tells
+// the two apart once per connection: pg_backend_pid() is the process
+// id of the connection's cancel key only when nothing sits in between (a
+// pooler hands out a key of its own). [WithoutPreparedStatements] keeps
+// them unnamed everywhere. A DEALLOCATE ALL in fn fails that transaction
+// (nothing is written; the next one prepares again); a DISCARD ALL between
+// transactions costs the next one a second try.
+//
+// fn's statements use the pool's mode: behind a transaction
 // pooler use QueryExecModeExec, QueryExecModeCacheDescribe or
 // QueryExecModeSimpleProtocol (default_query_exec_mode=exec in the
 // connection string), because pgx's default, QueryExecModeCacheStatement,

@@ -12,13 +12,15 @@ import (
 // The statements of a guarded transaction. Every value travels as a bound
 // parameter (text format, typed by OID), never as a literal in the SQL.
 //
-// They go out as unnamed statements of the extended protocol (Parse, Bind,
-// Describe, Execute), what pgx calls QueryExecModeExec, whatever the
-// pool's default_query_exec_mode: an unnamed statement lives only until
-// the next Parse on the same connection, inside one round trip, so it
-// works through PgBouncer's transaction pooling, which hands each
-// transaction any server connection (a named, cached prepared statement
-// may not exist there, or exist already: 26000, 42P05).
+// On a connection straight to Postgres they are prepared once per
+// connection and bound by name (see prepare.go). Otherwise they go out as
+// unnamed statements of the extended protocol (Parse, Bind, Describe,
+// Execute), what pgx calls QueryExecModeExec, whatever the pool's
+// default_query_exec_mode: an unnamed statement lives only until the next
+// Parse on the same connection, inside one round trip, so it works
+// through PgBouncer's transaction pooling, which hands each transaction
+// any server connection (a named, cached prepared statement may not exist
+// there, or exist already: 26000, 42P05).
 const (
 	sqlAdvance = "SELECT fencelock.advance($1, $2, $3)"
 	sqlBegin   = "BEGIN ISOLATION LEVEL READ COMMITTED"
@@ -132,11 +134,22 @@ func args(vals [][]byte, oids []uint32) []any {
 	return out
 }
 
-// stmt is one statement of a pipeline.
+// stmt is one statement of a pipeline: sent by name when name is set (it
+// is prepared on the connection), else unnamed.
 type stmt struct {
 	sql  string
 	vals [][]byte
 	oids []uint32
+	name string
+}
+
+// bind is st with its values, by name when named.
+func (st sqlStmt) bind(vals [][]byte, named bool) stmt {
+	out := stmt{sql: st.sql, vals: vals, oids: st.oids}
+	if named {
+		out.name = st.name
+	}
+	return out
 }
 
 // stmtResult is what a pipelined statement returned: its first row (copied),
@@ -159,7 +172,11 @@ func pipeline(ctx context.Context, conn *pgconn.PgConn, segments ...[]stmt) (res
 	p := conn.StartPipeline(ctx)
 	for _, seg := range segments {
 		for _, st := range seg {
-			p.SendQueryParams(st.sql, st.vals, st.oids, nil, nil)
+			if st.name != "" {
+				p.SendQueryPrepared(st.name, st.vals, nil, nil)
+			} else {
+				p.SendQueryParams(st.sql, st.vals, st.oids, nil, nil)
+			}
 		}
 		p.SendPipelineSync()
 	}

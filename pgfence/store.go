@@ -47,6 +47,10 @@ type Store struct {
 	openSQL         string
 	lockTimeoutText []byte
 	idleTimeoutText []byte
+	// The statements of a guarded transaction (openSQL as stOpen), and
+	// whether to prepare them on direct connections (see prepare.go).
+	stAdvance, stBegin, stOpen, stClose, stCommit sqlStmt
+	prepare                                       bool
 	// adv lets a transaction skip advance when this Store has already
 	// seen its claim stored.
 	adv claimcache.Cache
@@ -72,7 +76,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 			return nil, ErrNilDB
 		}
 	}
-	s := &Store{db: db}
+	s := &Store{db: db, prepare: true}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
@@ -87,7 +91,13 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if s.idleTimeout > 0 {
 		s.idleTimeoutText = strconv.AppendInt(nil, s.idleTimeout.Milliseconds(), 10)
 	}
-	s.openSQL, _ = openSQL(s.lockTimeout > 0, s.idleTimeout > 0)
+	var params int
+	s.openSQL, params = openSQL(s.lockTimeout > 0, s.idleTimeout > 0)
+	s.stAdvance = newSQLStmt("advance", sqlAdvance, advanceOIDs)
+	s.stBegin = newSQLStmt("begin", sqlBegin, nil)
+	s.stOpen = newSQLStmt("open", s.openSQL, openOIDs[:params])
+	s.stClose = newSQLStmt("close", sqlClose, closeOIDs)
+	s.stCommit = newSQLStmt("commit", sqlCommit, nil)
 	return s, nil
 }
 

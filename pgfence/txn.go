@@ -36,6 +36,8 @@ type txn struct {
 	inner pgx.Tx
 	// closeVals are fencelock.close's parameters.
 	closeVals [][]byte
+	// named: close and COMMIT are prepared on conn (see prepare.go).
+	named bool
 	// ended is set once Commit or Rollback has run.
 	ended   bool
 	release func()
@@ -81,22 +83,48 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, erro
 // beginOnConn runs the begin round trip on conn. advErr is advance's own
 // error (nil when it ran and committed, or was not sent).
 func (s *Store) beginOnConn(ctx context.Context, conn *pgx.Conn, v claimValues, advance bool, release func()) (t *txn, advErr, err error) {
-	var segs [][]stmt
-	if advance {
-		segs = append(segs, []stmt{{sqlAdvance, v.advance, advanceOIDs}})
-	}
-	segs = append(segs, []stmt{{sqlBegin, nil, nil}, {s.openSQL, v.open, openOIDs[:len(v.open)]}})
-	res, _, err := pipeline(ctx, conn.PgConn(), segs...)
 	fail := func(err error) (*txn, error, error) {
 		rollbackConn(ctx, conn)
 		release()
 		return nil, advErr, err
 	}
-	if err != nil {
-		// The connection is lost or ctx ended; the server rolls back
-		// whatever it had begun (advance may have committed: harmless,
-		// it only records the token).
-		return fail(mapError(err))
+	var res [][]stmtResult
+	for attempt := 0; ; attempt++ {
+		pc := conn.PgConn()
+		cs, err := s.connFor(ctx, pc)
+		if err != nil {
+			return fail(mapError(err))
+		}
+		list := []sqlStmt{s.stBegin, s.stOpen, s.stClose, s.stCommit}
+		if advance {
+			list = append(list, s.stAdvance)
+		}
+		named, err := cs.prepareAll(ctx, pc, list...)
+		if err != nil {
+			return fail(mapError(err))
+		}
+		var segs [][]stmt
+		if advance {
+			segs = append(segs, []stmt{s.stAdvance.bind(v.advance, named)})
+		}
+		segs = append(segs, []stmt{s.stBegin.bind(nil, named), s.stOpen.bind(v.open, named)})
+		res, _, err = pipeline(ctx, pc, segs...)
+		if err != nil {
+			// The connection is lost or ctx ended; the server rolls back
+			// whatever it had begun (advance may have committed: harmless,
+			// it only records the token).
+			return fail(mapError(err))
+		}
+		if named && attempt == 0 && missingStatement(res) {
+			// DEALLOCATE ALL or DISCARD ALL since the last transaction:
+			// nothing ran (a missing statement fails its segment before
+			// anything in it does, and advance is only a claim). Prepare
+			// again and start over, once.
+			cs.forget()
+			rollbackConn(ctx, conn)
+			continue
+		}
+		break
 	}
 	if advance {
 		advErr = res[0][0].err
@@ -119,7 +147,11 @@ func (s *Store) beginOnConn(ctx context.Context, conn *pgx.Conn, v claimValues, 
 	case o.skipped || b.skipped:
 		return fail(errUnexpected)
 	}
-	return &txn{s: s, tx: &fnTx{stmts: stmts{q: conn}, conn: conn}, conn: conn, closeVals: v.close, release: release}, nil, nil
+	named := false
+	if cs, ok := conn.PgConn().CustomData()[connKey].(*connState); ok && cs.direct {
+		named = true
+	}
+	return &txn{s: s, tx: &fnTx{stmts: stmts{q: conn}, conn: conn}, conn: conn, closeVals: v.close, named: named, release: release}, nil, nil
 }
 
 // beginGeneric is the begin for a DB other than a pool or a conn: advance,
@@ -179,7 +211,17 @@ func (t *txn) Commit(ctx context.Context) error {
 	if t.conn == nil {
 		return t.commitGeneric(ctx)
 	}
-	res, sent, err := pipeline(ctx, t.conn.PgConn(), []stmt{{sqlClose, t.closeVals, closeOIDs}, {sqlCommit, nil, nil}})
+	pc := t.conn.PgConn()
+	res, sent, err := pipeline(ctx, pc, []stmt{t.s.stClose.bind(t.closeVals, t.named), t.s.stCommit.bind(nil, t.named)})
+	if err == nil && t.named && missingStatement(res) {
+		// fn dropped pgfence's prepared statements (DEALLOCATE ALL): the
+		// transaction failed, nothing of it commits.
+		if cs, ok := pc.CustomData()[connKey].(*connState); ok {
+			cs.forget()
+		}
+		rollbackConn(ctx, t.conn)
+		return fmt.Errorf("pgfence: pgfence's prepared statements were deallocated while fn ran (DEALLOCATE ALL?); the transaction was rolled back, nothing was written: %w", mapError(firstErr(res)))
+	}
 	if err != nil {
 		rollbackConn(ctx, t.conn)
 		switch {
@@ -204,6 +246,18 @@ func (t *txn) Commit(ctx context.Context) error {
 	if cm.tag.String() != "COMMIT" {
 		rollbackConn(ctx, t.conn)
 		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+// firstErr is the first server error among res.
+func firstErr(res [][]stmtResult) error {
+	for _, seg := range res {
+		for _, r := range seg {
+			if r.err != nil {
+				return r.err
+			}
+		}
 	}
 	return nil
 }

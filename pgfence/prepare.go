@@ -1,0 +1,128 @@
+package pgfence
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Prepared statements. Parsing and planning pgfence's statements is most
+// of what a guarded transaction costs the server beyond a plain one (the
+// bench's profile: about 250,000 instructions a transaction for the four
+// of them, against 70,000 for a whole plain one-row transaction), so on a
+// connection that goes straight to Postgres they are prepared once, under
+// names of their own, and every transaction only binds them.
+//
+// Through a transaction pooler (PgBouncer in transaction mode and the
+// like) a prepared statement lives on whichever server connection it was
+// prepared on, not on the client's: a later transaction may not find it
+// (26000) or find it already there (42P05). There the statements go out
+// unnamed, parsed in the round trip that runs them, as pgx's
+// QueryExecModeExec does. Which one a connection is, is asked once per
+// connection: Postgres's pg_backend_pid() is the process at the end of
+// the connection's BackendKeyData when nothing sits in between; a pooler
+// hands the client a cancel key of its own, so the two differ.
+//
+// A statement can still vanish from a direct connection: DEALLOCATE ALL
+// sent by fn, DISCARD ALL between transactions. A begin that finds one
+// gone forgets what it knew of the connection and starts over; a commit
+// cannot (the transaction is aborted by then) and returns an error that
+// says nothing was written.
+
+// connKey is where pgfence keeps, in a connection's CustomData, what it
+// knows of that connection (a *connState).
+const connKey = "github.com/fencelock/fencelock/pgfence.conn"
+
+// connState is what pgfence knows of one connection. A connection is used
+// by one goroutine at a time, so it needs no lock.
+type connState struct {
+	// direct: nothing sits between the client and the backend, so named
+	// statements stay where they were prepared.
+	direct bool
+	// prepared holds the names of the statements prepared on it.
+	prepared map[string]bool
+}
+
+// sqlStmt is one of pgfence's statements: its text, its parameter types
+// and the name it is prepared under on a direct connection.
+type sqlStmt struct {
+	name string
+	sql  string
+	oids []uint32
+}
+
+// newSQLStmt names sql "fencelock_<what>_<hash of sql and oids>".
+func newSQLStmt(what, sql string, oids []uint32) sqlStmt {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(sql))
+	for _, o := range oids {
+		_, _ = h.Write(strconv.AppendUint(nil, uint64(o), 10))
+	}
+	return sqlStmt{name: "fencelock_" + what + "_" + strconv.FormatUint(h.Sum64(), 36), sql: sql, oids: oids}
+}
+
+// connFor returns what pgfence knows of conn, asking the server whether
+// it is direct the first time it sees conn.
+func (s *Store) connFor(ctx context.Context, conn *pgconn.PgConn) (*connState, error) {
+	if cs, ok := conn.CustomData()[connKey].(*connState); ok {
+		return cs, nil
+	}
+	cs := &connState{prepared: map[string]bool{}}
+	if s.prepare {
+		res, err := conn.Exec(ctx, "SELECT pg_catalog.pg_backend_pid()").ReadAll()
+		if err != nil {
+			return nil, err
+		}
+		if len(res) == 1 && len(res[0].Rows) == 1 && len(res[0].Rows[0]) == 1 {
+			pid, err := strconv.ParseUint(string(res[0].Rows[0][0]), 10, 32)
+			cs.direct = err == nil && uint32(pid) == conn.PID()
+		}
+	}
+	conn.CustomData()[connKey] = cs
+	return cs, nil
+}
+
+// prepareAll prepares, on a direct connection, those of list that are not
+// prepared yet, and reports whether the connection takes named
+// statements.
+func (cs *connState) prepareAll(ctx context.Context, conn *pgconn.PgConn, list ...sqlStmt) (named bool, err error) {
+	if !cs.direct {
+		return false, nil
+	}
+	for _, st := range list {
+		if cs.prepared[st.name] {
+			continue
+		}
+		if _, err := conn.Prepare(ctx, st.name, st.sql, st.oids); err != nil && !isCode(err, "42P05") {
+			return false, err
+		}
+		cs.prepared[st.name] = true
+	}
+	return true, nil
+}
+
+// forget drops what cs knew of the connection's prepared statements, after
+// one was found missing.
+func (cs *connState) forget() { cs.prepared = map[string]bool{} }
+
+// isCode reports whether err is a server error with SQLSTATE code.
+func isCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
+}
+
+// missingStatement reports whether any result failed because a prepared
+// statement was gone (26000).
+func missingStatement(res [][]stmtResult) bool {
+	for _, seg := range res {
+		for _, r := range seg {
+			if r.err != nil && isCode(r.err, "26000") {
+				return true
+			}
+		}
+	}
+	return false
+}

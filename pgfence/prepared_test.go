@@ -1,0 +1,128 @@
+package pgfence_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// preparedByPgfence counts pgfence's statements prepared on q's session.
+func preparedByPgfence(t *testing.T, ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) int {
+	t.Helper()
+	var n int
+	require.NoError(t, q.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'fencelock\_%'`, pgx.QueryExecModeExec).Scan(&n))
+	return n
+}
+
+// On a connection straight to Postgres, pgfence prepares its statements
+// once and binds them by name afterwards (the bench's profile: a third of
+// the server CPU of a guarded transaction); WithoutPreparedStatements
+// keeps them unnamed.
+func TestPreparedOnDirectConnection(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	ctx := testCtx(t)
+	for _, c := range []struct {
+		name string
+		opts []pgfence.Option
+		want int
+	}{
+		{"default", nil, 5}, // advance, BEGIN, open, close, COMMIT
+		{"WithoutPreparedStatements", []pgfence.Option{pgfence.WithoutPreparedStatements()}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := pgx.Connect(ctx, db.URL)
+			require.NoError(t, err)
+			defer conn.Close(context.Background())
+			s := newStore(t, conn, c.opts...)
+			for i := range 3 {
+				_, err := guard.Exec(ctx, s, lease{"r-" + c.name, 1, "a"}, insertStock("x", 1), guard.WithKey(string(rune('a'+i))))
+				require.NoError(t, err)
+			}
+			assert.Equal(t, c.want, preparedByPgfence(t, ctx, conn))
+			assert.EqualValues(t, 3, count(t, db.Pool, "SELECT count(*) FROM stock"))
+			mustExec(t, db.Pool, "DELETE FROM stock")
+		})
+	}
+}
+
+// Through PgBouncer in transaction pooling mode the statements stay
+// unnamed: one server connection, so the session the next transaction
+// runs in is the one pgfence's ran in, and it holds none of them.
+func TestUnnamedThroughPooler(t *testing.T) {
+	pg, err := testenv.SharedPostgres()
+	require.NoError(t, err)
+	b, err := testenv.StartPgBouncer(pg, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Stop() })
+	db := b.NewDB(t)
+	ctx := testCtx(t)
+	direct, err := pgxpool.New(ctx, db.DirectURL)
+	require.NoError(t, err)
+	t.Cleanup(direct.Close)
+	migrate(t, direct)
+	stockTable(t, direct)
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	s := newStore(t, conn)
+	for range 3 {
+		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("x", 1))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 0, preparedByPgfence(t, ctx, conn))
+	assert.EqualValues(t, 3, count(t, direct, "SELECT count(*) FROM stock"))
+}
+
+// pgfence's prepared statements dropped from the connection: by fn
+// (DEALLOCATE ALL in the transaction), the transaction fails, says why
+// and writes nothing; between transactions (DISCARD ALL, as a pool's
+// reset query does), the next Exec prepares them again and succeeds. The
+// connection keeps working either way.
+func TestPreparedStatementsDropped(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	ctx := testCtx(t)
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec // fn's own statements are not pgfence's concern here
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	s := newStore(t, conn)
+	l := lease{"r", 1, "a"}
+	_, err = guard.Exec(ctx, s, l, insertStock("x", 1))
+	require.NoError(t, err)
+	require.Equal(t, 5, preparedByPgfence(t, ctx, conn))
+
+	_, err = guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
+		if err := insertStock("y", 1)(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "DEALLOCATE ALL")
+		return err
+	})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "deallocated")
+	assert.Contains(t, err.Error(), "nothing was written")
+	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM stock WHERE writer = 'y'"))
+
+	_, err = guard.Exec(ctx, s, l, insertStock("z", 1))
+	require.NoError(t, err, "after DEALLOCATE ALL in fn")
+	_, err = conn.Exec(ctx, "DISCARD ALL")
+	require.NoError(t, err)
+	require.Equal(t, 0, preparedByPgfence(t, ctx, conn))
+	_, err = guard.Exec(ctx, s, l, insertStock("w", 1))
+	require.NoError(t, err, "after DISCARD ALL between transactions")
+	assert.Equal(t, 4, preparedByPgfence(t, ctx, conn), "prepared again (advance is not: the token is known stored)")
+	assert.EqualValues(t, 3, count(t, db.Pool, "SELECT count(*) FROM stock"))
+}
