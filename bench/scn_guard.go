@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -102,6 +103,9 @@ func runGuard(ctx context.Context, e *env, res *results) error {
 					return err
 				})
 			}},
+			{"floor", func(ctx context.Context) error {
+				return floorTx(ctx, pool)
+			}},
 			{"guarded", func(ctx context.Context) error {
 				_, err := guard.Exec(ctx, store, lock, func(ctx context.Context, tx pgx.Tx) error {
 					_, err := tx.Exec(ctx, guardInsert, "guard-bench", 1)
@@ -135,9 +139,10 @@ func runGuard(ctx context.Context, e *env, res *results) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", path.name, err)
 		}
-		for _, v := range []string{"plain", "guarded", "guarded+key"} {
+		for _, v := range []string{"plain", "floor", "guarded", "guarded+key"} {
 			s.set(path.name+": "+v, "tx_latency_us", newFigure("µs", repMed[v], pooled[v]))
 		}
+		s.Ratios["floor/plain "+path.name] = pairedRatio(repMed["floor"], repMed["plain"])
 		s.Ratios["guarded/plain "+path.name] = pairedRatio(repMed["guarded"], repMed["plain"])
 		s.Ratios["guarded+key/plain "+path.name] = pairedRatio(repMed["guarded+key"], repMed["plain"])
 	}
@@ -148,12 +153,63 @@ func runGuard(ctx context.Context, e *env, res *results) error {
 		return fmt.Errorf("the lease was lost during the scenario: %w", err)
 	}
 	s.Notes = append(s.Notes,
-		"one-row write transaction (BEGIN; INSERT; COMMIT) on one connection: plain = pgx.BeginFunc; guarded = guard.Exec with a fence lock as the lease (pgfence on a pgxpool); guarded+key adds guard.WithKey with a new key per transaction. Variants interleave in blocks of 50 within each repetition.",
+		"one-row write transaction (BEGIN; INSERT; COMMIT) on one connection: plain = pgx.BeginFunc; floor = the plain transaction with a prepared no-op statement (SELECT 1) added to its BEGIN and to its COMMIT round trip, BEGIN and COMMIT prepared too: what two statements more and no round trip more, the guarded transaction's shape, cost at the least (floor/plain is the best guarded/plain this shape can reach on the machine); guarded = guard.Exec with a fence lock as the lease (pgfence on a pgxpool); guarded+key adds guard.WithKey with a new key per transaction. Variants interleave in blocks of 50 within each repetition.",
 		fmt.Sprintf("proxied: through testenv's fault proxy with Delay(%v) each way (the proxy runs in the bench process, on the client CPU).", e.cfg.ProxyDelay))
 	return nil
 }
 
 var _ guard.Lease = (*fence.Lock)(nil)
+
+// floorTx is the plain one-row transaction in the guarded transaction's
+// shape: BEGIN with a prepared SELECT 1 in one round trip, the INSERT,
+// then a prepared SELECT 1 with COMMIT in one round trip. Statements are
+// prepared once per connection, as pgfence's are.
+func floorTx(ctx context.Context, pool *pgxpool.Pool) error {
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	for _, st := range [][2]string{{"bench_floor_begin", "BEGIN ISOLATION LEVEL READ COMMITTED"}, {"bench_floor_noop", "SELECT 1"}, {"bench_floor_commit", "COMMIT"}} {
+		if _, err := c.Conn().Prepare(ctx, st[0], st[1]); err != nil {
+			return err
+		}
+	}
+	pc := c.Conn().PgConn()
+	trip := func(names ...string) error {
+		p := pc.StartPipeline(ctx)
+		for _, n := range names {
+			p.SendQueryPrepared(n, nil, nil, nil)
+		}
+		p.SendPipelineSync()
+		if err := p.Flush(); err != nil {
+			_ = p.Close()
+			return err
+		}
+		for range names {
+			r, err := p.GetResults()
+			if err != nil {
+				_ = p.Close()
+				return err
+			}
+			if rr, ok := r.(*pgconn.ResultReader); ok {
+				if _, err := rr.Close(); err != nil {
+					_ = p.Close()
+					return err
+				}
+			}
+		}
+		return p.Close()
+	}
+	if err := trip("bench_floor_begin", "bench_floor_noop"); err != nil {
+		return err
+	}
+	if _, err := c.Conn().Exec(ctx, guardInsert, "guard-bench", 1); err != nil {
+		_, _ = c.Conn().Exec(ctx, "ROLLBACK")
+		return err
+	}
+	return trip("bench_floor_noop", "bench_floor_commit")
+}
 
 // profileGuard says where a guarded transaction's time goes: on one
 // connection, per transaction of each variant, the CPU time its server
@@ -218,14 +274,15 @@ func profileGuard(ctx context.Context, e *env, db *pgDB, s *scenario, variants f
 			trips[o.name] = append(trips[o.name], float64(writes.Load()-w0)/float64(n))
 		}
 	}
-	for _, v := range []string{"plain", "guarded", "guarded+key"} {
+	for _, v := range []string{"plain", "floor", "guarded", "guarded+key"} {
 		s.set("profile: "+v, "server_cpu_us_per_tx", newFigure("µs", cpu[v], nil))
 		s.set("profile: "+v, "round_trips_per_tx", newFigure("", trips[v], nil))
 	}
 	s.Ratios["server CPU guarded/plain"] = pairedRatio(cpu["guarded"], cpu["plain"])
+	s.Ratios["server CPU floor/plain"] = pairedRatio(cpu["floor"], cpu["plain"])
 	s.Ratios["server CPU guarded+key/plain"] = pairedRatio(cpu["guarded+key"], cpu["plain"])
 	s.Notes = append(s.Notes, fmt.Sprintf(
-		"profile: one connection, %d transactions per variant per repetition; server_cpu_us_per_tx is the CPU time of the connection's Postgres process per transaction (/proc/<pid>/schedstat), round_trips_per_tx the client's writes per transaction. The guarded transaction's extra server time is its two extra statements, fencelock.open in the BEGIN round trip and fencelock.close in the COMMIT round trip (parse, plan and run each: they are unnamed statements, so that they work through a transaction pooler).", n))
+		"profile: one connection, %d transactions per variant per repetition; server_cpu_us_per_tx is the CPU time of the connection's Postgres process per transaction (/proc/<pid>/schedstat), round_trips_per_tx the client's writes per transaction. The guarded transaction's extra server time is its two extra statements, fencelock.open in the BEGIN round trip and fencelock.close in the COMMIT round trip (prepared once per connection, as the bench's connections go straight to Postgres; behind a transaction pooler they are parsed and planned in every transaction)", n))
 	return nil
 }
 

@@ -334,7 +334,8 @@ var freezeBeforeCommit atomic.Bool
 // commitFreezer is the worker's connection to Postgres. When armed, it
 // stops the process (freeze) on the write that carries the commit round
 // trip, before the bytes go out: pgfence's fencelock.close pipeline with
-// guard, pgx's COMMIT without. Everything client-side (guard's last check
+// guard (the statement by its prepared name, fencelock_close_..., or by
+// its text behind a pooler), pgx's COMMIT without. Everything client-side (guard's last check
 // of the lease included) has run by then.
 type commitFreezer struct{ net.Conn }
 
@@ -342,7 +343,7 @@ type commitFreezer struct{ net.Conn }
 var commitQuery = []byte("Q\x00\x00\x00\x0bcommit\x00")
 
 func (c commitFreezer) Write(b []byte) (int, error) {
-	if freezeBeforeCommit.Load() && (bytes.Contains(b, []byte("fencelock.close(")) || bytes.HasPrefix(b, commitQuery)) {
+	if freezeBeforeCommit.Load() && (bytes.Contains(b, []byte("fencelock_close_")) || bytes.Contains(b, []byte("fencelock.close(")) || bytes.HasPrefix(b, commitQuery)) {
 		freezeBeforeCommit.Store(false)
 		freeze()
 	}
