@@ -333,6 +333,8 @@ func printHeadline(w io.Writer, r *results) {
 	if s, ok := r.Scenarios["guard"]; ok {
 		fmt.Fprintf(w, "| guard.Exec / plain tx (direct; 1 ms proxy) | %s; %s | | |\n",
 			fmtNum(s.Ratios["guarded/plain direct"]), fmtNum(s.Ratios["guarded/plain proxied 1ms each way"]))
+		fmt.Fprintf(w, "| floor (plain + 2 prepared no-op statements) / plain tx (direct; 1 ms proxy) | %s; %s | | |\n",
+			fmtNum(s.Ratios["floor/plain direct"]), fmtNum(s.Ratios["floor/plain proxied 1ms each way"]))
 	}
 	if s, ok := r.Scenarios["sqlfence"]; ok {
 		fmt.Fprintf(w, "| sqlfence guard.Exec / plain database/sql tx (pgx; lib/pq) | %s; %s | | |\n",
