@@ -39,6 +39,8 @@ const connKey = "github.com/fencelock/fencelock/pgfence.conn"
 // connState is what pgfence knows of one connection. A connection is used
 // by one goroutine at a time, so it needs no lock.
 type connState struct {
+	// checked: direct was asked (by a Store that prepares).
+	checked bool
 	// direct: nothing sits between the client and the backend, so named
 	// statements stay where they were prepared.
 	direct bool
@@ -65,31 +67,33 @@ func newSQLStmt(what, sql string, oids []uint32) sqlStmt {
 }
 
 // connFor returns what pgfence knows of conn, asking the server whether
-// it is direct the first time it sees conn.
+// it is direct the first time a Store that prepares sees conn.
 func (s *Store) connFor(ctx context.Context, conn *pgconn.PgConn) (*connState, error) {
-	if cs, ok := conn.CustomData()[connKey].(*connState); ok {
+	cs, ok := conn.CustomData()[connKey].(*connState)
+	if !ok {
+		cs = &connState{prepared: map[string]bool{}}
+		conn.CustomData()[connKey] = cs
+	}
+	if cs.checked || !s.prepare {
 		return cs, nil
 	}
-	cs := &connState{prepared: map[string]bool{}}
-	if s.prepare {
-		res, err := conn.Exec(ctx, "SELECT pg_catalog.pg_backend_pid()").ReadAll()
-		if err != nil {
-			return nil, err
-		}
-		if len(res) == 1 && len(res[0].Rows) == 1 && len(res[0].Rows[0]) == 1 {
-			pid, err := strconv.ParseUint(string(res[0].Rows[0][0]), 10, 32)
-			cs.direct = err == nil && uint32(pid) == conn.PID()
-		}
+	res, err := conn.Exec(ctx, "SELECT pg_catalog.pg_backend_pid()").ReadAll()
+	if err != nil {
+		return nil, err
 	}
-	conn.CustomData()[connKey] = cs
+	if len(res) == 1 && len(res[0].Rows) == 1 && len(res[0].Rows[0]) == 1 {
+		pid, err := strconv.ParseUint(string(res[0].Rows[0][0]), 10, 32)
+		cs.direct = err == nil && uint32(pid) == conn.PID()
+	}
+	cs.checked = true
 	return cs, nil
 }
 
-// prepareAll prepares, on a direct connection, those of list that are not
-// prepared yet, and reports whether the connection takes named
-// statements.
-func (cs *connState) prepareAll(ctx context.Context, conn *pgconn.PgConn, list ...sqlStmt) (named bool, err error) {
-	if !cs.direct {
+// prepareAll prepares on conn those of list that are not prepared yet,
+// when s prepares and conn is direct, and reports whether the statements
+// go out by name.
+func (s *Store) prepareAll(ctx context.Context, cs *connState, conn *pgconn.PgConn, list ...sqlStmt) (named bool, err error) {
+	if !s.prepare || !cs.direct {
 		return false, nil
 	}
 	for _, st := range list {

@@ -2,6 +2,9 @@ package pgfence_test
 
 import (
 	"context"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
@@ -52,6 +55,59 @@ func TestPreparedOnDirectConnection(t *testing.T) {
 			assert.EqualValues(t, 3, count(t, db.Pool, "SELECT count(*) FROM stock"))
 			mustExec(t, db.Pool, "DELETE FROM stock")
 		})
+	}
+}
+
+// WithoutPreparedStatements holds per Store, whichever Store met the
+// connection first: on one connection, a Store that prepares binds open
+// and close by name, one with the option sends them unnamed.
+func TestPreparedIsPerStore(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	ctx := testCtx(t)
+	for _, unnamedFirst := range []bool{false, true} {
+		var mu sync.Mutex
+		var sent strings.Builder
+		cfg, err := pgx.ParseConfig(db.URL)
+		require.NoError(t, err)
+		dial := cfg.DialFunc
+		cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return sqlRecorder{Conn: c, mu: &mu, sent: &sent}, nil
+		}
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		require.NoError(t, err)
+		defer conn.Close(context.Background())
+		prepared, unnamed := newStore(t, conn), newStore(t, conn, pgfence.WithoutPreparedStatements())
+		runs := func(s *pgfence.Store) (named, plain int) {
+			mu.Lock()
+			sent.Reset()
+			mu.Unlock()
+			_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("x", 1))
+			require.NoError(t, err)
+			mu.Lock()
+			defer mu.Unlock()
+			n1, u1 := stmtRuns(t, sent.String(), "open")
+			n2, u2 := stmtRuns(t, sent.String(), "close")
+			return n1 + n2, u1 + u2
+		}
+		order := []*pgfence.Store{prepared, unnamed}
+		if unnamedFirst {
+			order = []*pgfence.Store{unnamed, prepared}
+		}
+		for range 2 {
+			for _, s := range order {
+				named, plain := runs(s)
+				if s == prepared {
+					assert.Equal(t, [2]int{2, 0}, [2]int{named, plain}, "the Store that prepares (unnamed first: %v)", unnamedFirst)
+				} else {
+					assert.Equal(t, [2]int{0, 2}, [2]int{named, plain}, "the Store WithoutPreparedStatements (unnamed first: %v)", unnamedFirst)
+				}
+			}
+		}
 	}
 }
 

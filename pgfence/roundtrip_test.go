@@ -112,13 +112,21 @@ func (c sqlRecorder) Write(b []byte) (int, error) {
 }
 
 // advanceRuns counts the runs of fencelock.advance the client asked for in
-// the frontend messages sent: a Bind of the statement pgfence prepared
-// for it (fencelock_advance_...), or an unnamed Parse of its text (each
-// is followed by its Bind). Preparing it (a named Parse) is not a run.
+// the frontend messages sent.
 func advanceRuns(t *testing.T, sent string) int {
 	t.Helper()
+	named, unnamed := stmtRuns(t, sent, "advance")
+	return named + unnamed
+}
+
+// stmtRuns counts the runs of pgfence's statement what (advance, open,
+// close, ...) the client asked for in the frontend messages sent: named,
+// a Bind of the statement pgfence prepared for it (fencelock_<what>_...);
+// unnamed, an unnamed Parse of its text (each is followed by its Bind).
+// Preparing it (a named Parse) is not a run.
+func stmtRuns(t *testing.T, sent, what string) (named, unnamed int) {
+	t.Helper()
 	b := pgproto3.NewBackend(strings.NewReader(sent), io.Discard)
-	n := 0
 	for {
 		msg, err := b.Receive()
 		if err != nil {
@@ -127,16 +135,16 @@ func advanceRuns(t *testing.T, sent string) int {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 				t.Fatalf("decoding what the client sent: %v", err)
 			}
-			return n
+			return named, unnamed
 		}
 		switch m := msg.(type) {
 		case *pgproto3.Bind:
-			if strings.HasPrefix(m.PreparedStatement, "fencelock_advance_") {
-				n++
+			if strings.HasPrefix(m.PreparedStatement, "fencelock_"+what+"_") {
+				named++
 			}
 		case *pgproto3.Parse:
-			if m.Name == "" && strings.Contains(m.Query, "fencelock.advance(") {
-				n++
+			if m.Name == "" && strings.Contains(m.Query, "fencelock."+what+"(") {
+				unnamed++
 			}
 		}
 	}

@@ -88,7 +88,10 @@ func (s *Store) beginOnConn(ctx context.Context, conn *pgx.Conn, v claimValues, 
 		release()
 		return nil, advErr, err
 	}
-	var res [][]stmtResult
+	var (
+		res   [][]stmtResult
+		named bool
+	)
 	for attempt := 0; ; attempt++ {
 		pc := conn.PgConn()
 		cs, err := s.connFor(ctx, pc)
@@ -99,7 +102,7 @@ func (s *Store) beginOnConn(ctx context.Context, conn *pgx.Conn, v claimValues, 
 		if advance {
 			list = append(list, s.stAdvance)
 		}
-		named, err := cs.prepareAll(ctx, pc, list...)
+		named, err = s.prepareAll(ctx, cs, pc, list...)
 		if err != nil {
 			return fail(mapError(err))
 		}
@@ -146,10 +149,6 @@ func (s *Store) beginOnConn(ctx context.Context, conn *pgx.Conn, v claimValues, 
 		return fail(mapError(o.err))
 	case o.skipped || b.skipped:
 		return fail(errUnexpected)
-	}
-	named := false
-	if cs, ok := conn.PgConn().CustomData()[connKey].(*connState); ok && cs.direct {
-		named = true
 	}
 	return &txn{s: s, tx: &fnTx{stmts: stmts{q: conn}, conn: conn}, conn: conn, closeVals: v.close, named: named, release: release}, nil, nil
 }
