@@ -24,19 +24,7 @@ func TestOversizedNames(t *testing.T) {
 	stockTable(t, db.Pool)
 	ctx := testCtx(t)
 	var writes atomic.Int64
-	cfg, err := pgx.ParseConfig(db.URL)
-	require.NoError(t, err)
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return writeCounter{Conn: c, writes: &writes}, nil
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	conn := connThrough(t, db.URL, func(c net.Conn) net.Conn { return writeCounter{Conn: c, writes: &writes} })
 	s := newStore(t, conn)
 
 	long := func(n int) string { return strings.Repeat("é", n/2) + strings.Repeat("x", n%2) }
@@ -86,7 +74,7 @@ func TestOversizedNames(t *testing.T) {
 
 	// At the limits, everything fits.
 	atLimit := lease{long(pgfence.MaxResourceLen), 1, long(pgfence.MaxHolderLen)}
-	_, err = guard.Exec(ctx, s, atLimit, fn, guard.WithKey(long(pgfence.MaxKeyLen)))
+	_, err := guard.Exec(ctx, s, atLimit, fn, guard.WithKey(long(pgfence.MaxKeyLen)))
 	require.NoError(t, err)
 	require.NoError(t, s.Run(atLimit, long(pgfence.MaxKeyLen)).Step(ctx, "1", nil))
 	assert.True(t, ran)

@@ -10,6 +10,7 @@ import (
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -151,4 +152,54 @@ func onBothPaths(t *testing.T, f func(t *testing.T, db *testenv.DB, pool *pgxpoo
 		db.Pool = direct
 		f(t, &db, bdb.Pool)
 	})
+}
+
+// connThrough opens a connection to url whose socket is wrapped by wrap (a
+// recorder, a write counter, a fault), closed with the test.
+func connThrough(t testing.TB, url string, wrap func(net.Conn) net.Conn) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(c), nil
+	}
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// ownPgBouncer starts a PgBouncer of its own (transaction pooling,
+// serverConns server connections) in front of a fresh database with the
+// fencelock schema and the stock table. url goes through PgBouncer;
+// direct is a pool straight to the database, for setup and assertions.
+func ownPgBouncer(t *testing.T, serverConns int) (url string, direct *pgxpool.Pool) {
+	t.Helper()
+	pg, err := testenv.SharedPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := testenv.StartPgBouncer(pg, serverConns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Stop() })
+	db := b.NewDB(t)
+	direct, err = pgxpool.New(context.Background(), db.DirectURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(direct.Close)
+	migrate(t, direct) // goose takes a session advisory lock: not through a transaction pooler
+	stockTable(t, direct)
+	return db.URL, direct
 }

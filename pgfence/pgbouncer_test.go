@@ -8,7 +8,6 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/pgfence"
-	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
@@ -26,25 +25,15 @@ import (
 // does not exist (26000). fn's statements pass their exec mode
 // explicitly, as the README says fn must behind a transaction pooler.
 func TestThroughPgBouncer(t *testing.T) {
-	pg, err := testenv.SharedPostgres()
-	require.NoError(t, err)
-	b, err := testenv.StartPgBouncer(pg, 2)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Stop() })
-	db := b.NewDB(t)
+	url, direct := ownPgBouncer(t, 2)
 	ctx := testCtx(t)
-	direct, err := pgxpool.New(ctx, db.DirectURL)
-	require.NoError(t, err)
-	t.Cleanup(direct.Close)
-	migrate(t, direct) // goose takes a session advisory lock: not through a transaction pooler
-	stockTable(t, direct)
 	mustExec(t, direct, "CREATE TABLE guarded (sku text NOT NULL)")
 
 	token := int64(0)
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
 		for restart := range 2 {
 			t.Run(fmt.Sprintf("%v/pool %d", mode, restart), func(t *testing.T) {
-				cfg, err := pgxpool.ParseConfig(db.URL)
+				cfg, err := pgxpool.ParseConfig(url)
 				require.NoError(t, err)
 				cfg.ConnConfig.DefaultQueryExecMode = mode
 				cfg.MaxConns = 4

@@ -9,9 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/pgfence"
-	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -68,19 +66,7 @@ func TestPreparedIsPerStore(t *testing.T) {
 	for _, unnamedFirst := range []bool{false, true} {
 		var mu sync.Mutex
 		var sent strings.Builder
-		cfg, err := pgx.ParseConfig(db.URL)
-		require.NoError(t, err)
-		dial := cfg.DialFunc
-		cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dial(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return sqlRecorder{Conn: c, mu: &mu, sent: &sent}, nil
-		}
-		conn, err := pgx.ConnectConfig(ctx, cfg)
-		require.NoError(t, err)
-		defer conn.Close(context.Background())
+		conn := connThrough(t, db.URL, func(c net.Conn) net.Conn { return sqlRecorder{Conn: c, mu: &mu, sent: &sent} })
 		prepared, unnamed := newStore(t, conn), newStore(t, conn, pgfence.WithoutPreparedStatements())
 		runs := func(s *pgfence.Store) (named, plain int) {
 			mu.Lock()
@@ -115,19 +101,9 @@ func TestPreparedIsPerStore(t *testing.T) {
 // unnamed: one server connection, so the session the next transaction
 // runs in is the one pgfence's ran in, and it holds none of them.
 func TestUnnamedThroughPooler(t *testing.T) {
-	pg, err := testenv.SharedPostgres()
-	require.NoError(t, err)
-	b, err := testenv.StartPgBouncer(pg, 1)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Stop() })
-	db := b.NewDB(t)
+	url, direct := ownPgBouncer(t, 1)
 	ctx := testCtx(t)
-	direct, err := pgxpool.New(ctx, db.DirectURL)
-	require.NoError(t, err)
-	t.Cleanup(direct.Close)
-	migrate(t, direct)
-	stockTable(t, direct)
-	conn, err := pgx.Connect(ctx, db.URL)
+	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	s := newStore(t, conn)

@@ -1,7 +1,6 @@
 package pgfence_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -38,19 +37,7 @@ func TestGuardedWriteAddsNoRoundTrip(t *testing.T) {
 	stockTable(t, db.Pool)
 	ctx := testCtx(t)
 	var writes atomic.Int64
-	cfg, err := pgx.ParseConfig(db.URL)
-	require.NoError(t, err)
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return writeCounter{Conn: c, writes: &writes}, nil
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	conn := connThrough(t, db.URL, func(c net.Conn) net.Conn { return writeCounter{Conn: c, writes: &writes} })
 	s := newStore(t, conn)
 	write := insertStock("x", 1)
 	l := lease{"r", 1, "a"}
@@ -68,7 +55,7 @@ func TestGuardedWriteAddsNoRoundTrip(t *testing.T) {
 	}
 	// Warm up: the INSERT's statement is prepared and cached on first use.
 	plain()
-	_, err = guard.Exec(ctx, s, l, write)
+	_, err := guard.Exec(ctx, s, l, write)
 	require.NoError(t, err)
 
 	p := roundTrips(plain)
@@ -160,19 +147,7 @@ func TestAdvanceSentOncePerClaim(t *testing.T) {
 	ctx := testCtx(t)
 	var mu sync.Mutex
 	var sent strings.Builder
-	cfg, err := pgx.ParseConfig(db.URL)
-	require.NoError(t, err)
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return sqlRecorder{Conn: c, mu: &mu, sent: &sent}, nil
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	conn := connThrough(t, db.URL, func(c net.Conn) net.Conn { return sqlRecorder{Conn: c, mu: &mu, sent: &sent} })
 	s := newStore(t, conn)
 	advances := func(f func()) int {
 		mu.Lock()

@@ -277,22 +277,10 @@ func TestCommitInFlightWhenConnectionDies(t *testing.T) {
 	stockTable(t, db.Pool)
 	ctx := testCtx(t)
 	var armed atomic.Bool
-	cfg, err := pgx.ParseConfig(db.URL)
-	require.NoError(t, err)
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return cutAfterCommit{Conn: c, armed: &armed}, nil
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	conn := connThrough(t, db.URL, func(c net.Conn) net.Conn { return cutAfterCommit{Conn: c, armed: &armed} })
 	s := newStore(t, conn)
 
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
 		armed.Store(true)
 		return insertStock("inflight", 1)(ctx, tx)
 	}, guard.WithKey("k"))
