@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -249,6 +250,7 @@ func profileGuard(ctx context.Context, e *env, db *pgDB, s *scenario, variants f
 	cpu := map[string][]float64{}
 	trips := map[string][]float64{}
 	client := map[string][]float64{}
+	wall := map[string][]float64{}
 	for rep := 0; rep < e.cfg.Reps; rep++ {
 		for i := range ops {
 			o := ops[(i+rep)%len(ops)]
@@ -261,7 +263,7 @@ func profileGuard(ctx context.Context, e *env, db *pgDB, s *scenario, variants f
 			if err != nil {
 				return err
 			}
-			w0, u0 := writes.Load(), cpuTime()
+			w0, u0, t0 := writes.Load(), cpuTime(), time.Now()
 			for range n {
 				if err := o.do(ctx); err != nil {
 					return err
@@ -272,6 +274,7 @@ func profileGuard(ctx context.Context, e *env, db *pgDB, s *scenario, variants f
 				return err
 			}
 			client[o.name] = append(client[o.name], (cpuTime()-u0)*1e6/float64(n))
+			wall[o.name] = append(wall[o.name], us(time.Since(t0))/float64(n))
 			cpu[o.name] = append(cpu[o.name], float64(c1-c0)/1e3/float64(n))
 			trips[o.name] = append(trips[o.name], float64(writes.Load()-w0)/float64(n))
 		}
@@ -280,12 +283,13 @@ func profileGuard(ctx context.Context, e *env, db *pgDB, s *scenario, variants f
 		s.set("profile: "+v, "server_cpu_us_per_tx", newFigure("µs", cpu[v], nil))
 		s.set("profile: "+v, "round_trips_per_tx", newFigure("", trips[v], nil))
 		s.set("profile: "+v, "client_cpu_us_per_tx", newFigure("µs", client[v], nil))
+		s.set("profile: "+v, "tx_latency_us", newFigure("µs", wall[v], nil))
 	}
 	s.Ratios["server CPU guarded/plain"] = pairedRatio(cpu["guarded"], cpu["plain"])
 	s.Ratios["server CPU floor/plain"] = pairedRatio(cpu["floor"], cpu["plain"])
 	s.Ratios["server CPU guarded+key/plain"] = pairedRatio(cpu["guarded+key"], cpu["plain"])
 	s.Notes = append(s.Notes, fmt.Sprintf(
-		"profile: one connection, %d transactions per variant per repetition; server_cpu_us_per_tx is the CPU time of the connection's Postgres process per transaction (/proc/<pid>/schedstat), round_trips_per_tx the client's writes per transaction, client_cpu_us_per_tx the bench process's CPU time (getrusage) per transaction. The guarded transaction's extra server time is its two extra statements, fencelock.open in the BEGIN round trip and fencelock.close in the COMMIT round trip (prepared once per connection, as the bench's connections go straight to Postgres; behind a transaction pooler they are parsed and planned in every transaction)", n))
+		"profile: one connection, %d transactions per variant per repetition; server_cpu_us_per_tx is the CPU time of the connection's Postgres process per transaction (/proc/<pid>/schedstat), round_trips_per_tx the client's writes per transaction, client_cpu_us_per_tx the bench process's CPU time (getrusage) per transaction, tx_latency_us the mean time per transaction of that run. The guarded transaction's extra server time is its two extra statements, fencelock.open in the BEGIN round trip and fencelock.close in the COMMIT round trip (prepared once per connection, as the bench's connections go straight to Postgres; behind a transaction pooler they are parsed and planned in every transaction)", n))
 	return nil
 }
 
