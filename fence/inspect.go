@@ -98,3 +98,48 @@ func (c *Client) RaiseCounter(ctx context.Context, name string, floor int64) (in
 	}
 	return n, nil
 }
+
+// ForceRelease deletes the lock that seen (from [Client.Inspect])
+// describes, for an operator breaking a lock whose holder is stuck, and
+// wakes its waiters as the holder's own Release would. It deletes nothing
+// and returns [ErrNotHeld] when the lock is no longer that one (released,
+// expired, or taken again: another token or holder) or seen says it is not
+// held. woken is false when the release message was refused (a Redis user
+// without PUBLISH): waiters then take the lock at their next retry.
+//
+// The holder is not told. It keeps running until its next renewal finds
+// the lock gone (its context is then cancelled, within a renewal period),
+// so in the meantime only the fence in the database (package guard) keeps
+// its writes out.
+func (c *Client) ForceRelease(ctx context.Context, seen LockInfo) (woken bool, err error) {
+	if c.isClosed() {
+		return false, ErrClosed
+	}
+	if err := validateName(seen.Name); err != nil {
+		return false, err
+	}
+	switch {
+	case !seen.Held:
+		return false, fmt.Errorf("%w: force release %q: it was not held when inspected: nothing to release", ErrNotHeld, seen.Name)
+	case seen.Token <= 0 || seen.Holder == "":
+		return false, invalidOption("ForceRelease(%q): the LockInfo has no token or holder: pass what Inspect returned", seen.Name)
+	}
+	k := keysFor(c.cfg.prefix, seen.Name)
+	spub := "0"
+	if c.cluster {
+		spub = "1"
+	}
+	value := strconv.FormatInt(seen.Token, 10) + ":" + seen.Holder
+	n, err := releaseScript.Run(ctx, c.rdb, []string{k.lock}, value, k.channel, spub).Int64()
+	if err != nil {
+		c.refreshTopology(err)
+		return false, fmt.Errorf("fence: force release %q: %w", seen.Name, err)
+	}
+	switch n {
+	case releaseOK:
+		return true, nil
+	case releaseUnpublished:
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: force release %q: the lock changed since it was inspected (released, expired or taken again): nothing deleted", ErrNotHeld, seen.Name)
+}

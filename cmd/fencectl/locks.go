@@ -3,21 +3,15 @@ package main
 import (
 	"bufio"
 	"context"
-	_ "embed"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fencelock/fence"
 )
-
-//go:embed release.lua
-var releaseLua string
-
-var releaseScript = redis.NewScript(releaseLua)
 
 func (a *app) locksCmd() *cobra.Command {
 	inspect := &cobra.Command{
@@ -78,7 +72,7 @@ holder and token shown.`,
 				return err
 			}
 			defer closeLocks(rc, locks)
-			return a.release(cmd.Context(), rc, locks, args[0], yes)
+			return a.release(cmd.Context(), locks, args[0], yes)
 		},
 	}
 	a.redisFlag(release)
@@ -143,7 +137,7 @@ func (a *app) printLocks(infos []lockJSON) error {
 	return a.table([]string{"NAME", "HELD", "HOLDER", "TOKEN", "TTL", "COUNTER"}, rows)
 }
 
-func (a *app) release(ctx context.Context, rc *redisConn, locks *fence.Client, name string, yes bool) error {
+func (a *app) release(ctx context.Context, locks *fence.Client, name string, yes bool) error {
 	info, err := locks.Inspect(ctx, name)
 	if err != nil {
 		return err
@@ -163,22 +157,17 @@ func (a *app) release(ctx context.Context, rc *redisConn, locks *fence.Client, n
 			return errAborted
 		}
 	}
-	value := fmt.Sprintf("%d:%s", info.Token, info.Holder)
-	spub := "0"
-	if rc.cluster {
-		spub = "1"
+	woken, err := locks.ForceRelease(ctx, info)
+	if errors.Is(err, fence.ErrNotHeld) {
+		return fmt.Errorf("release %s: the lock changed since it was shown (released, expired or taken again): nothing deleted; inspect it again", name)
 	}
-	n, err := releaseScript.Run(ctx, rc.rdb, []string{lockKey(a.prefix, name)}, value, channelKey(a.prefix, name), spub).Int()
 	if err != nil {
 		return fmt.Errorf("release %s: %w", name, err)
 	}
-	if n == 0 {
-		return fmt.Errorf("release %s: the lock changed since it was shown (released, expired or taken again): nothing deleted; inspect it again", name)
+	msg := "waiters were woken"
+	if !woken {
+		msg = "waiters were not woken (this user may not PUBLISH): they take it at their next retry"
 	}
-	woken := "waiters were woken"
-	if n == 2 {
-		woken = "waiters were not woken (this user may not PUBLISH): they take it at their next retry"
-	}
-	fmt.Fprintf(a.stdout, "released %s (was held by %s, token %d); %s\n", name, info.Holder, info.Token, woken)
+	fmt.Fprintf(a.stdout, "released %s (was held by %s, token %d); %s\n", name, info.Holder, info.Token, msg)
 	return nil
 }

@@ -265,10 +265,10 @@ func (c *redisConn) nodeAddr(n *redis.Client) string {
 
 func (c *redisConn) Close() error { return c.rdb.Close() }
 
-// lockKey and channelKey mirror fence's key layout (see DESIGN.md: one hash
-// tag per name, so the three keys share a slot).
-func lockKey(prefix, name string) string    { return prefix + "{" + name + "}" }
-func channelKey(prefix, name string) string { return lockKey(prefix, name) + ":ch" }
+// lockKey mirrors fence's key layout (see DESIGN.md: one hash tag per
+// name, so a lock's keys share a slot), for doctor's probes and the
+// tokens' node clocks; releasing goes through fence (Client.ForceRelease).
+func lockKey(prefix, name string) string { return prefix + "{" + name + "}" }
 
 // nodeClock returns the server time, in µs, of the node that owns key,
 // read once per node and kept in clocks: a clock read earlier is a lower
