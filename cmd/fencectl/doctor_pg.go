@@ -115,23 +115,51 @@ func (d *doctor) checkPooler(ctx context.Context, db *dbConn) {
 		return
 	}
 	mode := execModeName(db.userMode)
+	direct, err := cancelKeyIsBackend(ctx, db)
+	if err != nil {
+		d.warn("postgres.pooler", "not detectable: "+oneLine(err), "")
+		return
+	}
+	statements := "; pgfence sends its own statements unnamed here (the connection's cancel key is not the backend's: a pooler or proxy hands out its own), parsed in every transaction"
+	if direct {
+		statements = "; pgfence prepares its own statements once per connection here (the connection's cancel key is the backend's)"
+	}
 	if shared != "" {
 		hints = append([]string{shared}, hints...)
 		ev := "a transaction pooler sits in between (" + strings.Join(hints, "; ") + ")"
 		switch db.userMode {
 		case pgx.QueryExecModeCacheStatement:
-			d.fail("postgres.pooler", ev+"; the address leaves pgx's exec mode at cache_statement, whose named prepared statements a transaction pooler does not keep per client",
+			d.fail("postgres.pooler", ev+"; the address leaves pgx's exec mode at cache_statement, whose named prepared statements a transaction pooler does not keep per client"+statements,
 				"add default_query_exec_mode=exec (or simple_protocol) to the address your application uses, or enable prepared statements in the pooler (PgBouncer 1.21+: max_prepared_statements); run 'fencectl migrate' against Postgres directly (goose's session lock needs a session)")
 		default:
-			d.ok("postgres.pooler", ev+"; the address's exec mode "+mode+" works through it; run 'fencectl migrate' against Postgres directly (goose's session lock needs a session)")
+			d.ok("postgres.pooler", ev+"; the address's exec mode "+mode+" works through it"+statements+"; run 'fencectl migrate' against Postgres directly (goose's session lock needs a session)")
 		}
 		return
 	}
-	ev := "no transaction pooler detected (two sessions ran on distinct server processes; a session pooler and a direct connection look alike); exec mode " + mode
+	ev := "no transaction pooler detected (two sessions ran on distinct server processes; a session pooler and a direct connection look alike); exec mode " + mode + statements
 	if len(hints) > 0 {
 		ev = strings.Join(hints, "; ") + "; " + ev
 	}
 	d.ok("postgres.pooler", ev)
+}
+
+// cancelKeyIsBackend reports whether a connection's cancel key (its
+// BackendKeyData) names the server process its statements run on: what
+// pgfence asks, once per connection, to decide whether to prepare its
+// statements there.
+func cancelKeyIsBackend(ctx context.Context, db *dbConn) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout(db))
+	defer cancel()
+	c, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Release()
+	var pid uint32
+	if err := c.QueryRow(ctx, `SELECT pg_backend_pid()::int8`).Scan(&pid); err != nil {
+		return false, err
+	}
+	return pid == c.Conn().PgConn().PID(), nil
 }
 
 // sharedBackend opens two client sessions at once and runs statements on
