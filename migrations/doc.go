@@ -63,7 +63,10 @@
 // pgfence itself calls fencelock.advance(resource, token, holder) before
 // BEGIN, fencelock.open(resource, token, holder, key, run_key) after it and
 // fencelock.close(resource, token, holder, key, run_key, cursor, finish)
-// before COMMIT; their comments in 00002 describe them.
+// before COMMIT; their comments in 00002 describe them. open and close
+// handle the common case themselves and hand anything else to
+// fencelock.open_full and fencelock.close_full (internal: an application
+// role cannot call them directly).
 //
 // # SQLSTATEs
 //
