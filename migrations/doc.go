@@ -65,8 +65,9 @@
 // fencelock.close(resource, token, holder, key, run_key, cursor, finish)
 // before COMMIT; their comments in 00002 describe them. open and close
 // handle the common case themselves and hand anything else to
-// fencelock.open_full and fencelock.close_full (internal: an application
-// role cannot call them directly).
+// fencelock.open_full and fencelock.close_full (internal, SECURITY
+// INVOKER: called directly by an application role they fail with
+// permission denied on the tables).
 //
 // # SQLSTATEs
 //
