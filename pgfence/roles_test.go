@@ -153,6 +153,8 @@ func TestRestrictedRole(t *testing.T) {
 		"INSERT INTO fencelock.applied (resource, key, token) VALUES ('sync', 'k', 1)",
 		"UPDATE fencelock.runs SET finished = false, finished_at = NULL",
 		"SELECT fencelock.apply_key('sync', 'k', 11)", // a helper: runs with the caller's rights
+		"SELECT fencelock.open_full('sync', 11, 'h')", // open's and close's slow paths too
+		"SELECT fencelock.close_full('sync', 1, 'h', NULL, NULL, NULL, false)",
 	} {
 		_, err := appPool.Exec(ctx, q)
 		assert.Equal(t, "42501", rolesCode(err), "%s: want permission denied, got %v", q, err)
