@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"strconv"
 
+	"github.com/fencelock/fencelock/internal/sqlstate"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -89,41 +90,73 @@ func (s *Store) connFor(ctx context.Context, conn *pgconn.PgConn) (*connState, e
 	return cs, nil
 }
 
-// prepareAll prepares on conn those of list that are not prepared yet,
-// when s prepares and conn is direct, and reports whether the statements
-// go out by name.
-func (s *Store) prepareAll(ctx context.Context, cs *connState, conn *pgconn.PgConn, list ...sqlStmt) (named bool, err error) {
+// prepareAll reports whether s's statements go out by name on conn: when
+// s prepares and conn is direct. The first time, it prepares them, all in
+// one round trip (a Sync after each, so that one already there, 42P05,
+// fails alone). They are prepared together, so open's name, which is
+// s's own (its SQL carries s's options), stands for the set: a
+// transaction costs one map lookup.
+func (s *Store) prepareAll(ctx context.Context, cs *connState, conn *pgconn.PgConn) (named bool, err error) {
 	if !s.prepare || !cs.direct {
 		return false, nil
 	}
-	for _, st := range list {
-		if cs.prepared[st.name] {
-			continue
+	if cs.prepared[s.stOpen.name] {
+		return true, nil
+	}
+	var todo []sqlStmt
+	for _, st := range []sqlStmt{s.stAdvance, s.stBegin, s.stOpen, s.stClose, s.stCommit} {
+		if !cs.prepared[st.name] {
+			todo = append(todo, st)
 		}
-		if _, err := conn.Prepare(ctx, st.name, st.sql, st.oids); err != nil && !isCode(err, "42P05") {
+	}
+	p := conn.StartPipeline(ctx)
+	for _, st := range todo {
+		p.SendPrepare(st.name, st.sql, st.oids)
+		p.SendPipelineSync()
+	}
+	if err := p.Flush(); err != nil {
+		_ = p.Close()
+		return false, err
+	}
+	var failed error
+	for _, st := range todo {
+		_, err := p.GetResults()
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil || sqlstate.Code(err) == "42P05":
+			cs.prepared[st.name] = true
+		case errors.As(err, &pgErr):
+			if failed == nil {
+				failed = err // e.g. the schema is not installed (42883)
+			}
+		default:
+			_ = p.Close()
 			return false, err
 		}
-		cs.prepared[st.name] = true
+		if r, err := p.GetResults(); err != nil {
+			_ = p.Close()
+			return false, err
+		} else if _, ok := r.(*pgconn.PipelineSync); !ok {
+			_ = p.Close()
+			return false, errUnexpected
+		}
 	}
-	return true, nil
+	if err := p.Close(); err != nil {
+		return false, err
+	}
+	return failed == nil, failed
 }
 
 // forget drops what cs knew of the connection's prepared statements, after
 // one was found missing.
 func (cs *connState) forget() { cs.prepared = map[string]bool{} }
 
-// isCode reports whether err is a server error with SQLSTATE code.
-func isCode(err error, code string) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == code
-}
-
 // missingStatement reports whether any result failed because a prepared
 // statement was gone (26000).
 func missingStatement(res [][]stmtResult) bool {
 	for _, seg := range res {
 		for _, r := range seg {
-			if r.err != nil && isCode(r.err, "26000") {
+			if sqlstate.Code(r.err) == "26000" {
 				return true
 			}
 		}

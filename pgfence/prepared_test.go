@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
@@ -27,27 +28,36 @@ func preparedByPgfence(t *testing.T, ctx context.Context, q interface {
 // On a connection straight to Postgres, pgfence prepares its statements
 // once and binds them by name afterwards (the bench's profile: a third of
 // the server CPU of a guarded transaction); WithoutPreparedStatements
-// keeps them unnamed.
+// keeps them unnamed. Preparing costs a new connection two round trips,
+// once: one to ask whether it is direct, one for all five statements.
 func TestPreparedOnDirectConnection(t *testing.T) {
 	db := newDB(t)
 	stockTable(t, db.Pool)
 	ctx := testCtx(t)
 	for _, c := range []struct {
-		name string
-		opts []pgfence.Option
-		want int
+		name      string
+		opts      []pgfence.Option
+		want      int
+		firstTrip int64
 	}{
-		{"default", nil, 5}, // advance, BEGIN, open, close, COMMIT
-		{"WithoutPreparedStatements", []pgfence.Option{pgfence.WithoutPreparedStatements()}, 0},
+		// advance, BEGIN, open, close, COMMIT; the first transaction: ask,
+		// prepare, then its own three.
+		{"default", nil, 5, 5},
+		{"WithoutPreparedStatements", []pgfence.Option{pgfence.WithoutPreparedStatements()}, 0, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			conn, err := pgx.Connect(ctx, db.URL)
-			require.NoError(t, err)
-			defer conn.Close(context.Background())
+			var writes atomic.Int64
+			conn := connThrough(t, db.URL, func(c net.Conn) net.Conn { return writeCounter{Conn: c, writes: &writes} })
 			s := newStore(t, conn, c.opts...)
 			for i := range 3 {
+				before := writes.Load()
 				_, err := guard.Exec(ctx, s, lease{"r-" + c.name, 1, "a"}, insertStock("x", 1), guard.WithKey(string(rune('a'+i))))
 				require.NoError(t, err)
+				want := int64(3)
+				if i == 0 {
+					want = c.firstTrip
+				}
+				assert.Equal(t, want, writes.Load()-before, "round trips of transaction %d", i)
 			}
 			assert.Equal(t, c.want, preparedByPgfence(t, ctx, conn))
 			assert.EqualValues(t, 3, count(t, db.Pool, "SELECT count(*) FROM stock"))
@@ -155,6 +165,6 @@ func TestPreparedStatementsDropped(t *testing.T) {
 	require.Equal(t, 0, preparedByPgfence(t, ctx, conn))
 	_, err = guard.Exec(ctx, s, l, insertStock("w", 1))
 	require.NoError(t, err, "after DISCARD ALL between transactions")
-	assert.Equal(t, 4, preparedByPgfence(t, ctx, conn), "prepared again (advance is not: the token is known stored)")
+	assert.Equal(t, 5, preparedByPgfence(t, ctx, conn), "prepared again, the five together")
 	assert.EqualValues(t, 3, count(t, db.Pool, "SELECT count(*) FROM stock"))
 }

@@ -98,11 +98,7 @@ func (s *Store) beginOnConn(ctx context.Context, conn *pgx.Conn, v claimValues, 
 		if err != nil {
 			return fail(mapError(err))
 		}
-		list := []sqlStmt{s.stBegin, s.stOpen, s.stClose, s.stCommit}
-		if advance {
-			list = append(list, s.stAdvance)
-		}
-		named, err = s.prepareAll(ctx, cs, pc, list...)
+		named, err = s.prepareAll(ctx, cs, pc)
 		if err != nil {
 			return fail(mapError(err))
 		}
