@@ -125,12 +125,8 @@ func (c *Client) ForceRelease(ctx context.Context, seen LockInfo) (woken bool, e
 		return false, invalidOption("ForceRelease(%q): the LockInfo has no token or holder: pass what Inspect returned", seen.Name)
 	}
 	k := keysFor(c.cfg.prefix, seen.Name)
-	spub := "0"
-	if c.cluster {
-		spub = "1"
-	}
 	value := strconv.FormatInt(seen.Token, 10) + ":" + seen.Holder
-	n, err := releaseScript.Run(ctx, c.rdb, []string{k.lock}, value, k.channel, spub).Int64()
+	n, err := releaseScript.Run(ctx, c.rdb, []string{k.lock}, value, k.channel, c.spublishArg()).Int64()
 	if err != nil {
 		c.refreshTopology(err)
 		return false, fmt.Errorf("fence: force release %q: %w", seen.Name, err)

@@ -178,11 +178,18 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 func (l *Lock) releaseCall() scriptCall {
-	args := []any{l.valueArg, l.keys.channel, "0"}
-	if l.c.cluster {
-		args[2] = "1" // constants are boxed without an allocation
+	return scriptCall{keys: l.keyArgs, args: []any{l.valueArg, l.keys.channel, l.c.spublishArg()}}
+}
+
+// release.lua's ARGV[3], boxed once: "1" to notify with SPUBLISH (a
+// cluster's sharded pub/sub), "0" with PUBLISH.
+var spublishOn, spublishOff any = "1", "0"
+
+func (c *Client) spublishArg() any {
+	if c.cluster {
+		return spublishOn
 	}
-	return scriptCall{keys: l.keyArgs, args: args}
+	return spublishOff
 }
 
 // renewCall is the renewal of l for leaseArg, a lease in ms.

@@ -108,6 +108,20 @@ func TestClusterUserWithoutPublish(t *testing.T) {
 		assert.Zero(t, n, "the lock key is deleted")
 	}
 	assert.Equal(t, 1, strings.Count(logs.String(), "may not PUBLISH"), "warned once: %s", logs.String())
+
+	// A forced release by such a user deletes the lock too, and says the
+	// waiters were not woken.
+	l, err := c.Acquire(ctx, "np3")
+	require.NoError(t, err)
+	info, err := c.Inspect(ctx, "np3")
+	require.NoError(t, err)
+	woken, err := c.ForceRelease(ctx, info)
+	require.NoError(t, err, "released although the notification was refused")
+	assert.False(t, woken)
+	n, err := admin.Exists(ctx, prefix+"{np3}").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the lock key is deleted")
+	assert.ErrorIs(t, l.Release(ctx), fence.ErrNotHeld)
 }
 
 // TestClusterEvictionPolicyWarning: New warns about a master whose
