@@ -264,6 +264,22 @@ func TestOpenCloseByHand(t *testing.T) {
 	require.ErrorContains(t, tx(`SELECT fencelock.open('r', 5, 'b', 'k1')`), "FL003")
 	require.ErrorContains(t, tx(`SELECT fencelock.close('r', 5, 'b', 'k1')`), "FL003")
 
+	// A key and a run in one close, through close's fast path: the first
+	// step of a new run with a new key (the fast path finds no run row and
+	// hands over to close_full, which must not find the key already
+	// recorded by this call); a next step; a repeated key refused with
+	// the run's cursor left where it was.
+	cursorOf := func(run string) (c string) {
+		t.Helper()
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT cursor FROM fencelock.runs WHERE run_key = $1`, run).Scan(&c))
+		return c
+	}
+	require.NoError(t, tx(`SELECT fencelock.close('r', 5, 'b', 'k5', 'run2', '1')`), "first step, new key")
+	require.NoError(t, tx(`SELECT fencelock.close('r', 5, 'b', 'k6', 'run2', '2')`), "next step, new key")
+	assert.Equal(t, "2", cursorOf("run2"))
+	require.ErrorContains(t, tx(`SELECT fencelock.close('r', 5, 'b', 'k6', 'run2', '3')`), "FL003", "applied key with a run")
+	assert.Equal(t, "2", cursorOf("run2"), "nothing of the refused close stays")
+
 	var cursor string
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT cursor FROM fencelock.runs WHERE run_key = 'run'`).Scan(&cursor))
 	assert.Equal(t, "7", cursor)
