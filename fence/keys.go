@@ -6,8 +6,8 @@ import (
 )
 
 // MaxNameLen is the longest lock name accepted, in bytes. Holder ids
-// (WithHolder) have the same cap. Both fit the limits pgfence checks
-// before it sends anything (pgfence.MaxResourceLen, MaxHolderLen and
+// (WithHolder) have the same cap. Both fit the limits the Postgres stores
+// check before they send anything (guard.MaxResourceLen, MaxHolderLen and
 // MaxKeyLen, 1 KiB each, sized so that resource plus key fit one btree
 // entry of the fence tables), so a lock's name and holder are always
 // accepted there.

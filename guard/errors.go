@@ -53,8 +53,49 @@ var (
 	ErrInvalidLease = errors.New("guard: invalid lease")
 
 	// ErrInvalidOption is returned by Exec for a bad option (such as an
-	// empty idempotency key); nothing is written.
+	// empty idempotency key), and by the stores' New for a bad option;
+	// nothing is written.
 	ErrInvalidOption = errors.New("guard: invalid option")
+
+	// ErrInvalidInput is returned by the stores for input they cannot
+	// store or that makes no sense: an empty run key, a string with a NUL
+	// byte or invalid UTF-8, a string over its length limit
+	// ([MaxResourceLen] and the others), a negative Prune age. Nothing is
+	// written.
+	ErrInvalidInput = errors.New("guard: invalid input")
+
+	// ErrReadOnly is returned by Exec, the stores' Advance, Prune and
+	// Run's methods when the database refuses writes: a read-only default
+	// (default_transaction_read_only, for the database, the role or the
+	// session) or a hot standby; the message names which. fn did not run
+	// and nothing was written; no store overrides the setting.
+	ErrReadOnly = errors.New("guard: the database is read-only")
+
+	// ErrRunFinished is returned by a store's Run.Step when the run was
+	// finished (by this or an earlier holder): fn did not run, nothing was
+	// written. It matches ErrAlreadyApplied too (a finished run is a key
+	// applied for good).
+	ErrRunFinished error = &kindError{msg: "guard: run already finished, nothing was written", kind: ErrAlreadyApplied}
+
+	// ErrSchemaMissing is returned by every store call when the fencelock
+	// schema (its tables and functions) is not installed in the database.
+	ErrSchemaMissing = errors.New("guard: fencelock schema not installed: run migrations.Up(ctx, db), or: " + migrateCommand)
+
+	// ErrNotClaimed is returned when a write to a table protected with
+	// pgfence's Protect comes from a transaction that has neither claimed
+	// nor checked a fence: call fencelock.claim(resource, token, holder)
+	// first in the same transaction, or write through Exec.
+	ErrNotClaimed = errors.New("guard: write to a protected table without a fence claim")
+
+	// ErrFenceBusy is returned (with the stores' WithLockTimeout) when
+	// the fence row stayed locked by another open transaction longer than
+	// the lock timeout: typically a previous holder paused after writing
+	// to a table protected with Protect (a guarded transaction otherwise
+	// locks the row only while it commits).
+	ErrFenceBusy = errors.New("guard: fence row locked by another transaction beyond the lock timeout")
+
+	// ErrNilDB is returned by the stores' New for a nil database handle.
+	ErrNilDB = errors.New("guard: nil DB")
 
 	// ErrNilStore is returned by Exec for a nil store.
 	ErrNilStore = errors.New("guard: nil store: pass a store such as *pgfence.Store")
@@ -116,3 +157,39 @@ func (e *LeaseLostError) Unwrap() []error {
 	}
 	return errs
 }
+
+// migrateCommand is the goose CLI command that installs the fencelock
+// schema, for those who install it outside Go.
+const migrateCommand = `goose -dir migrations -table fencelock_db_version postgres "$DATABASE_URL" up`
+
+// kindError is a sentinel that is also a kind of another one (errors.Is
+// matches both) without repeating the other's text in its message.
+type kindError struct {
+	msg  string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
+// Length limits of the Postgres stores (pgfence, sqlfence), checked before
+// anything is sent. The resource is the fence table's primary key, and
+// (resource, key) and (resource, run key) are the primary keys of the
+// applied keys and of the runs: a btree entry must fit in a third of a page
+// (2,704 bytes on 8 kB pages), so each part is capped at 1 KiB, which
+// leaves room for both parts of a key and the tuple's overhead. fence caps
+// lock names and holder ids at 512 bytes (fence.MaxNameLen), well within
+// these. A longer string is an error matching ErrInvalidInput and, for the
+// lease's parts, ErrInvalidLease (for the key, ErrInvalidOption).
+const (
+	// MaxResourceLen is the longest resource (lease name), in bytes.
+	MaxResourceLen = 1024
+	// MaxHolderLen is the longest holder, in bytes.
+	MaxHolderLen = 1024
+	// MaxKeyLen is the longest idempotency key (WithKey) and run key, in
+	// bytes.
+	MaxKeyLen = 1024
+	// MaxCursorLen is the longest cursor of a run's step, in bytes (the
+	// cursor is not indexed: a sanity bound).
+	MaxCursorLen = 1 << 20
+)

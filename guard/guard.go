@@ -146,7 +146,7 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	c.Key = cfg.key
 	if obs := execObservers(store, cfg.observers); obs != nil {
 		start := time.Now()
-		defer func(ctx context.Context) { report(ctx, obs, store, c, start, res, err) }(ctx)
+		defer func(ctx context.Context) { report(ctx, obs, c, start, res, err) }(ctx)
 	}
 	// The lease first: ctx may be the lease's own context (lock.Context()),
 	// and its loss must be named as such.

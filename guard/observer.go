@@ -37,13 +37,6 @@ type ObservedStore interface {
 	Observers() []Observer
 }
 
-// RejectionReasoner is implemented by stores whose refusals guard does not
-// know by name (pgfence: a read-only database, a finished run). Reason
-// returns "" for an error that is not a refusal.
-type RejectionReasoner interface {
-	RejectionReason(err error) Reason
-}
-
 // Outcome is how an Exec ended.
 type Outcome uint8
 
@@ -165,10 +158,9 @@ func execObservers(store any, call []Observer) []ExecObserver {
 var errPanicked = errors.New("guard: fn panicked (the panic was re-raised)")
 
 // Classify returns the outcome and reason of Exec's error err (Committed
-// for nil). store may be nil; if it implements [RejectionReasoner] it is
-// asked first. Observers get the result in [ExecEvent]; it is exported for
+// for nil). Observers get the result in [ExecEvent]; it is exported for
 // code that wraps Exec and wants the same names.
-func Classify(store any, err error) (Outcome, Reason) {
+func Classify(err error) (Outcome, Reason) {
 	switch {
 	case err == nil:
 		return Committed, ""
@@ -176,13 +168,10 @@ func Classify(store any, err error) (Outcome, Reason) {
 		return Unknown, ReasonCommitInFlight
 	case errors.Is(err, ErrTxEnded):
 		return Unknown, ReasonTxEnded
-	}
-	if r, ok := store.(RejectionReasoner); ok {
-		if reason := r.RejectionReason(err); reason != "" {
-			return Rejected, reason
-		}
-	}
-	switch {
+	case errors.Is(err, ErrRunFinished):
+		return Rejected, ReasonRunFinished
+	case errors.Is(err, ErrReadOnly):
+		return Rejected, ReasonReadOnly
 	case errors.Is(err, ErrStaleToken):
 		return Rejected, ReasonStaleToken
 	case errors.Is(err, ErrAlreadyApplied):
@@ -195,13 +184,13 @@ func Classify(store any, err error) (Outcome, Reason) {
 
 // report builds the event of a finished Exec and hands it to obs. A
 // panicking fn leaves err nil and res empty: it is reported as failed.
-func report(ctx context.Context, obs []ExecObserver, store any, c Claim, start time.Time, res Result, err error) {
+func report(ctx context.Context, obs []ExecObserver, c Claim, start time.Time, res Result, err error) {
 	if err == nil && res.Token == 0 {
 		err = errPanicked
 	}
 	e := ExecEvent{Resource: c.Resource, Token: c.Token, Holder: c.Holder, Key: c.Key,
 		Duration: time.Since(start), Err: err}
-	e.Outcome, e.Reason = Classify(store, err)
+	e.Outcome, e.Reason = Classify(err)
 	ctx = context.WithoutCancel(ctx)
 	for _, o := range obs {
 		o.OnExec(ctx, e)

@@ -132,7 +132,7 @@ func TestObserverOutcomes(t *testing.T) {
 		check(t, "r", 8, "", guard.Committed, "", nil)
 		require.NoError(t, run.Finish(ctx))
 		err := run.Step(ctx, "b", insert)
-		require.ErrorIs(t, err, pgfence.ErrRunFinished)
+		require.ErrorIs(t, err, guard.ErrRunFinished)
 		check(t, "r", 8, "", guard.Rejected, guard.ReasonRunFinished, err)
 	})
 	t.Run("panic", func(t *testing.T) {
@@ -164,7 +164,7 @@ func TestObserverReadOnly(t *testing.T) {
 	require.NoError(t, err)
 	rec := &recorder{}
 	_, err = guard.Exec(ctx, observedStore(t, conn, rec), newLease("r", 1), insert)
-	require.ErrorIs(t, err, pgfence.ErrReadOnly)
+	require.ErrorIs(t, err, guard.ErrReadOnly)
 	e := rec.last(t)
 	assert.Equal(t, guard.Rejected, e.Outcome)
 	assert.Equal(t, guard.ReasonReadOnly, e.Reason)
@@ -238,9 +238,9 @@ func TestObserverAttach(t *testing.T) {
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
 	assert.Contains(t, err.Error(), "ExecObserver")
 	_, err = pgfence.New(pool, pgfence.WithObserver("not an observer"))
-	require.ErrorIs(t, err, pgfence.ErrInvalidOption)
+	require.ErrorIs(t, err, guard.ErrInvalidOption)
 	_, err = pgfence.New(pool, pgfence.WithObserver(nil))
-	require.ErrorIs(t, err, pgfence.ErrInvalidOption)
+	require.ErrorIs(t, err, guard.ErrInvalidOption)
 	assert.Len(t, order, 3, "refused calls report nothing")
 }
 

@@ -23,9 +23,6 @@ func TestContract(t *testing.T) {
 		Run: func(s guard.Store[pgx.Tx], l guard.Lease, key string) guardtest.Runner[pgx.Tx] {
 			return s.(*pgfence.Store).Run(l, key)
 		},
-		ErrReadOnly:     pgfence.ErrReadOnly,
-		ErrRunFinished:  pgfence.ErrRunFinished,
-		ErrInvalidInput: pgfence.ErrInvalidInput,
 	})
 }
 
@@ -82,9 +79,6 @@ func TestContractPgBouncer(t *testing.T) {
 		Run: func(s guard.Store[pgx.Tx], l guard.Lease, key string) guardtest.Runner[pgx.Tx] {
 			return s.(*pgfence.Store).Run(l, key)
 		},
-		ErrReadOnly:     pgfence.ErrReadOnly,
-		ErrRunFinished:  pgfence.ErrRunFinished,
-		ErrInvalidInput: pgfence.ErrInvalidInput,
 	})
 }
 

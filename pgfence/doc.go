@@ -29,8 +29,8 @@
 //     a Store that has already seen this lease's token stored skips it),
 //     then BEGIN and fencelock.open(...), Sync. open locks nothing: a stale
 //     token, an applied key ([guard.ErrAlreadyApplied]) or a finished run
-//     ([ErrRunFinished]) fails there, before fn writes anything, and so
-//     does a read-only transaction ([ErrReadOnly]: a read-only database
+//     ([guard.ErrRunFinished]) fails there, before fn writes anything, and so
+//     does a read-only transaction ([guard.ErrReadOnly]: a read-only database
 //     or role default, a hot standby; pgfence never overrides it).
 //   - commit: fencelock.close(...), COMMIT, Sync. close locks the fence row
 //     of the resource, checks the token (stores it if it is not yet),
@@ -82,7 +82,7 @@
 // # Limits
 //
 // Resource and holder names and keys are checked before anything is sent
-// ([MaxResourceLen], [MaxHolderLen], [MaxKeyLen]: they are btree keys).
+// ([guard.MaxResourceLen], [guard.MaxHolderLen], [guard.MaxKeyLen]: they are btree keys).
 //
 // # Also here
 //
@@ -99,6 +99,6 @@
 //     errors of guard and this package.
 //
 // The fencelock schema must be installed first (package migrations);
-// without it every call returns [ErrSchemaMissing], which names the
+// without it every call returns [guard.ErrSchemaMissing], which names the
 // command to run. Every error message is one line.
 package pgfence

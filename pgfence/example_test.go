@@ -126,7 +126,7 @@ func ExampleStore_Protect() {
 		}
 		return tx.Commit(ctx)
 	}
-	fmt.Println(errors.Is(write(""), pgfence.ErrNotClaimed))
+	fmt.Println(errors.Is(write(""), guard.ErrNotClaimed))
 	fmt.Println(write("SELECT fencelock.claim('stock-sync', 7, 'worker-b')"))
 	fmt.Println(errors.Is(write("SELECT fencelock.claim('stock-sync', 6, 'worker-a')"), guard.ErrStaleToken))
 	// Output:

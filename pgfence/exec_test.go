@@ -3,12 +3,12 @@ package pgfence_test
 import (
 	"context"
 	"errors"
-	"github.com/fencelock/fencelock/testenv"
 	"strings"
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
@@ -231,7 +231,7 @@ func TestBadInput(t *testing.T) {
 		{"negative token", lease{"r", -5, "a"}, nil, guard.ErrInvalidLease, "token must be > 0"},
 		{"empty holder", lease{"r", 1, ""}, nil, guard.ErrInvalidLease, "empty holder"},
 		{"NUL in resource", lease{"r\x00", 1, "a"}, nil, guard.ErrInvalidLease, "NUL"},
-		{"invalid UTF-8 holder", lease{"r", 1, "\xff"}, nil, pgfence.ErrInvalidInput, "UTF-8"},
+		{"invalid UTF-8 holder", lease{"r", 1, "\xff"}, nil, guard.ErrInvalidInput, "UTF-8"},
 		{"empty key", lease{"r", 1, "a"}, []guard.Option{guard.WithKey("")}, guard.ErrInvalidOption, "empty idempotency key"},
 		{"nil option", lease{"r", 1, "a"}, []guard.Option{nil}, guard.ErrInvalidOption, "nil Option"},
 	} {
@@ -250,12 +250,12 @@ func TestBadInput(t *testing.T) {
 	require.ErrorIs(t, s.Advance(ctx, lease{"r", 0, "a"}), guard.ErrInvalidLease)
 	require.ErrorIs(t, s.Advance(ctx, nil), guard.ErrInvalidLease)
 	_, _, err = s.Run(lease{"r", 1, "a"}, "").Resume(ctx)
-	require.ErrorIs(t, err, pgfence.ErrInvalidInput)
-	require.ErrorIs(t, s.Run(lease{"r", 1, "a"}, "").Step(ctx, "1", nil), pgfence.ErrInvalidInput)
+	require.ErrorIs(t, err, guard.ErrInvalidInput)
+	require.ErrorIs(t, s.Run(lease{"r", 1, "a"}, "").Step(ctx, "1", nil), guard.ErrInvalidInput)
 	require.ErrorIs(t, s.Run(lease{"", 1, "a"}, "run").Finish(ctx), guard.ErrInvalidLease)
-	require.ErrorIs(t, s.Run(lease{"r", 1, "a"}, "run").Step(ctx, "bad\x00cursor", nil), pgfence.ErrInvalidInput)
+	require.ErrorIs(t, s.Run(lease{"r", 1, "a"}, "run").Step(ctx, "bad\x00cursor", nil), guard.ErrInvalidInput)
 	_, err = s.Prune(ctx, -1)
-	require.ErrorIs(t, err, pgfence.ErrInvalidInput)
+	require.ErrorIs(t, err, guard.ErrInvalidInput)
 
 	// Claims made by hand (guard.Store.Begin directly) are checked too.
 	_, err = s.Begin(ctx, guard.Claim{Resource: "r", Token: 0, Holder: "a"})
@@ -268,13 +268,13 @@ func TestBadInput(t *testing.T) {
 
 	// New and its options.
 	_, err = pgfence.New(nil)
-	require.ErrorIs(t, err, pgfence.ErrNilDB)
+	require.ErrorIs(t, err, guard.ErrNilDB)
 	_, err = pgfence.New((*pgxpool.Pool)(nil))
-	require.ErrorIs(t, err, pgfence.ErrNilDB)
+	require.ErrorIs(t, err, guard.ErrNilDB)
 	_, err = pgfence.New(db.Pool, pgfence.WithLockTimeout(0))
-	require.ErrorIs(t, err, pgfence.ErrInvalidOption)
+	require.ErrorIs(t, err, guard.ErrInvalidOption)
 	_, err = pgfence.New(db.Pool, nil)
-	require.ErrorIs(t, err, pgfence.ErrInvalidOption)
+	require.ErrorIs(t, err, guard.ErrInvalidOption)
 }
 
 func TestMissingSchema(t *testing.T) {
@@ -285,7 +285,7 @@ func TestMissingSchema(t *testing.T) {
 
 	check := func(what string, err error) {
 		t.Helper()
-		require.ErrorIs(t, err, pgfence.ErrSchemaMissing, what)
+		require.ErrorIs(t, err, guard.ErrSchemaMissing, what)
 		assert.Contains(t, err.Error(), "migrations.Up", what)
 		assert.Contains(t, err.Error(), "goose -dir migrations", what)
 	}
@@ -424,7 +424,7 @@ func TestCommitTimeRefusal(t *testing.T) {
 
 	// A run finished by another transaction.
 	err = s.Run(a, "run").Step(ctx, "1", meanwhile(func() error { return other.Run(a, "run").Finish(ctx) }))
-	require.ErrorIs(t, err, pgfence.ErrRunFinished)
+	require.ErrorIs(t, err, guard.ErrRunFinished)
 	assert.EqualValues(t, 'I', conn.PgConn().TxStatus())
 
 	// A newer holder.

@@ -211,7 +211,7 @@ func TestIncidentPausedMidTransaction(t *testing.T) {
 // the transaction ends, so the next holder's claim waits for the frozen
 // one. With WithIdleTimeout the database ends the frozen transaction, so B
 // does not wait for A to wake up, and A's rows are never visible. With
-// WithLockTimeout a waiting claim gives up with ErrFenceBusy instead of
+// WithLockTimeout a waiting claim gives up with guard.ErrFenceBusy instead of
 // waiting for the frozen one.
 func TestIncidentFrozenMidTransaction(t *testing.T) {
 	db := newDB(t)
@@ -256,7 +256,7 @@ func TestIncidentFrozenMidTransaction(t *testing.T) {
 	_, err = guard.Exec(ctx, sB, lb, insertStock("B", 3), guard.WithKey("batch-1"))
 	impatientCommitted := err == nil
 	if err != nil {
-		require.ErrorIs(t, err, pgfence.ErrFenceBusy)
+		require.ErrorIs(t, err, guard.ErrFenceBusy)
 	}
 	// ...and the patient one gets through once the database has ended A's
 	// frozen transaction, without A waking up.

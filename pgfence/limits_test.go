@@ -44,27 +44,27 @@ func TestOversizedNames(t *testing.T) {
 			return err
 		}},
 		{"holder", guard.ErrInvalidLease, func() error {
-			_, err := guard.Exec(ctx, s, lease{"r", 1, long(pgfence.MaxHolderLen + 1)}, fn)
+			_, err := guard.Exec(ctx, s, lease{"r", 1, long(guard.MaxHolderLen + 1)}, fn)
 			return err
 		}},
 		{"key", guard.ErrInvalidOption, func() error {
-			_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, fn, guard.WithKey(long(pgfence.MaxKeyLen+1)))
+			_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, fn, guard.WithKey(long(guard.MaxKeyLen+1)))
 			return err
 		}},
-		{"run key", pgfence.ErrInvalidInput, func() error {
-			return s.Run(lease{"r", 1, "a"}, long(pgfence.MaxKeyLen+1)).Step(ctx, "1", fn)
+		{"run key", guard.ErrInvalidInput, func() error {
+			return s.Run(lease{"r", 1, "a"}, long(guard.MaxKeyLen+1)).Step(ctx, "1", fn)
 		}},
-		{"cursor", pgfence.ErrInvalidInput, func() error {
-			return s.Run(lease{"r", 1, "a"}, "run").Step(ctx, long(pgfence.MaxCursorLen+1), fn)
+		{"cursor", guard.ErrInvalidInput, func() error {
+			return s.Run(lease{"r", 1, "a"}, "run").Step(ctx, long(guard.MaxCursorLen+1), fn)
 		}},
-		{"advance", guard.ErrInvalidLease, func() error { return s.Advance(ctx, lease{long(pgfence.MaxResourceLen + 1), 1, "a"}) }},
-		{"protect", pgfence.ErrInvalidOption, func() error {
-			return s.Protect(ctx, "stock", pgfence.ForResource(long(pgfence.MaxResourceLen+1)))
+		{"advance", guard.ErrInvalidLease, func() error { return s.Advance(ctx, lease{long(guard.MaxResourceLen + 1), 1, "a"}) }},
+		{"protect", guard.ErrInvalidOption, func() error {
+			return s.Protect(ctx, "stock", pgfence.ForResource(long(guard.MaxResourceLen+1)))
 		}},
 	} {
 		err := tc.call()
 		require.ErrorIs(t, err, tc.err, tc.name)
-		require.ErrorIs(t, err, pgfence.ErrInvalidInput, tc.name)
+		require.ErrorIs(t, err, guard.ErrInvalidInput, tc.name)
 		assert.Contains(t, err.Error(), "at most", tc.name)
 		assert.NotContains(t, err.Error(), "\n", tc.name)
 	}
@@ -73,9 +73,9 @@ func TestOversizedNames(t *testing.T) {
 	assert.Zero(t, count(t, db.Pool, "SELECT count(*) FROM fencelock.fence"))
 
 	// At the limits, everything fits.
-	atLimit := lease{long(pgfence.MaxResourceLen), 1, long(pgfence.MaxHolderLen)}
-	_, err := guard.Exec(ctx, s, atLimit, fn, guard.WithKey(long(pgfence.MaxKeyLen)))
+	atLimit := lease{long(guard.MaxResourceLen), 1, long(guard.MaxHolderLen)}
+	_, err := guard.Exec(ctx, s, atLimit, fn, guard.WithKey(long(guard.MaxKeyLen)))
 	require.NoError(t, err)
-	require.NoError(t, s.Run(atLimit, long(pgfence.MaxKeyLen)).Step(ctx, "1", nil))
+	require.NoError(t, s.Run(atLimit, long(guard.MaxKeyLen)).Step(ctx, "1", nil))
 	assert.True(t, ran)
 }

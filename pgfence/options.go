@@ -3,6 +3,8 @@ package pgfence
 import (
 	"fmt"
 	"time"
+
+	"github.com/fencelock/fencelock/guard"
 )
 
 // Option configures a Store.
@@ -13,7 +15,7 @@ type Option func(*Store) error
 // flight, by Advance, and by transactions that wrote to a table protected
 // with Protect, such as a previous holder frozen after such a write), and
 // the writes of fn. Past d the wait fails, for the fence row with
-// ErrFenceBusy, instead of lasting until the other transaction ends; the
+// guard.ErrFenceBusy, instead of lasting until the other transaction ends; the
 // transaction is rolled back. It is set for the transaction only
 // (set_config(..., true)) in the round trip of BEGIN. d must be at least a
 // millisecond. Default: no limit (Postgres's lock_timeout setting
@@ -21,7 +23,7 @@ type Option func(*Store) error
 func WithLockTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("%w: WithLockTimeout(%v): must be at least 1ms", ErrInvalidOption, d)
+			return fmt.Errorf("%w: WithLockTimeout(%v): must be at least 1ms", guard.ErrInvalidOption, d)
 		}
 		s.lockTimeout = d
 		return nil
@@ -43,7 +45,7 @@ func WithLockTimeout(d time.Duration) Option {
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("%w: WithIdleTimeout(%v): must be at least 1ms", ErrInvalidOption, d)
+			return fmt.Errorf("%w: WithIdleTimeout(%v): must be at least 1ms", guard.ErrInvalidOption, d)
 		}
 		s.idleTimeout = d
 		return nil

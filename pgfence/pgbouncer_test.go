@@ -100,7 +100,7 @@ func throughPooler(ctx context.Context, t *testing.T, pool, direct *pgxpool.Pool
 	require.NoError(t, err)
 	assert.Equal(t, "1", cursor)
 	require.NoError(t, run.Finish(ctx))
-	require.ErrorIs(t, run.Step(ctx, "2", insert("run-"+tag)), pgfence.ErrRunFinished)
+	require.ErrorIs(t, run.Step(ctx, "2", insert("run-"+tag)), guard.ErrRunFinished)
 	assert.EqualValues(t, 1, rows("run-"+tag))
 	_, err = s.Prune(ctx, 0)
 	require.NoError(t, err)
@@ -119,7 +119,7 @@ func throughPooler(ctx context.Context, t *testing.T, pool, direct *pgxpool.Pool
 			_, err := tx.Exec(ctx, "INSERT INTO guarded VALUES ('raw')")
 			return err
 		})
-		require.ErrorIs(t, pgfence.MapError(err), pgfence.ErrNotClaimed)
+		require.ErrorIs(t, pgfence.MapError(err), guard.ErrNotClaimed)
 	}
 
 	// Concurrent guarded writes over the shared server connections.

@@ -6,7 +6,7 @@ import (
 	"hash/fnv"
 	"strconv"
 
-	"github.com/fencelock/fencelock/internal/sqlstate"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -123,7 +123,7 @@ func (s *Store) prepareAll(ctx context.Context, cs *connState, conn *pgconn.PgCo
 		_, err := p.GetResults()
 		var pgErr *pgconn.PgError
 		switch {
-		case err == nil || sqlstate.Code(err) == "42P05":
+		case err == nil || pgcore.Code(err) == "42P05":
 			cs.prepared[st.name] = true
 		case errors.As(err, &pgErr):
 			if failed == nil {
@@ -156,7 +156,7 @@ func (cs *connState) forget() { cs.prepared = map[string]bool{} }
 func missingStatement(res [][]stmtResult) bool {
 	for _, seg := range res {
 		for _, r := range seg {
-			if sqlstate.Code(r.err) == "26000" {
+			if pgcore.Code(r.err) == "26000" {
 				return true
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -21,7 +23,7 @@ const triggerName = "fencelock_protect"
 //	SELECT fencelock.claim(resource, token, holder);
 //
 // in the same transaction. A write without a claim fails with
-// ErrNotClaimed, one whose claim has since been overtaken by a newer token
+// guard.ErrNotClaimed, one whose claim has since been overtaken by a newer token
 // with a *guard.StaleTokenError. Calling it again is harmless.
 //
 // The trigger checks the claim under a lock on the fence row that lasts
@@ -48,7 +50,7 @@ func (s *Store) Protect(ctx context.Context, table string, opts ...ProtectOption
 	var cfg protectConfig
 	for _, o := range opts {
 		if o == nil {
-			return fmt.Errorf("%w: nil ProtectOption", ErrInvalidOption)
+			return fmt.Errorf("%w: nil ProtectOption", guard.ErrInvalidOption)
 		}
 		if err := o(&cfg); err != nil {
 			return err
@@ -83,12 +85,12 @@ type protectConfig struct{ resource string }
 func ForResource(resource string) ProtectOption {
 	return func(c *protectConfig) error {
 		if resource == "" {
-			return fmt.Errorf("%w: ForResource: empty resource name", ErrInvalidOption)
+			return fmt.Errorf("%w: ForResource: empty resource name", guard.ErrInvalidOption)
 		}
-		if err := checkLen("resource name", resource, MaxResourceLen, ErrInvalidOption); err != nil {
+		if err := pgcore.CheckLen("resource name", resource, guard.MaxResourceLen, guard.ErrInvalidOption); err != nil {
 			return err
 		}
-		if err := checkText("resource", resource); err != nil {
+		if err := pgcore.CheckText("resource", resource); err != nil {
 			return err
 		}
 		c.resource = resource

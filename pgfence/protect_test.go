@@ -62,7 +62,7 @@ func TestProtect(t *testing.T) {
 			err := rawTx(ctx, db.Pool, stmt)
 			require.Error(t, err, stmt)
 			assert.Equal(t, "FL002", sqlState(err), stmt)
-			require.ErrorIs(t, pgfence.MapError(err), pgfence.ErrNotClaimed, stmt)
+			require.ErrorIs(t, pgfence.MapError(err), guard.ErrNotClaimed, stmt)
 		}
 	})
 	t.Run("stale claim", func(t *testing.T) {
@@ -123,7 +123,7 @@ func TestProtectForResource(t *testing.T) {
 
 	// A current claim on another resource is not enough.
 	_, err := guard.Exec(ctx, s, lease{"other", 1, "a"}, insertStock("other", 1))
-	require.ErrorIs(t, err, pgfence.ErrNotClaimed, "guard.Exec maps fn's errors through the store")
+	require.ErrorIs(t, err, guard.ErrNotClaimed, "guard.Exec maps fn's errors through the store")
 	assert.Contains(t, err.Error(), `protected by resource "stock-sync:eu"`)
 	// The bound resource is.
 	_, err = guard.Exec(ctx, s, lease{"stock-sync:eu", 1, "a"}, insertStock("eu", 1))
@@ -138,11 +138,11 @@ func TestProtectForResource(t *testing.T) {
 	_, err = guard.Exec(ctx, s, lease{odd, 1, "a"}, insertStock("odd", 1))
 	require.NoError(t, err)
 	_, err = guard.Exec(ctx, s, lease{"stock-sync:eu", 1, "a"}, insertStock("eu", 1))
-	require.ErrorIs(t, err, pgfence.ErrNotClaimed)
+	require.ErrorIs(t, err, guard.ErrNotClaimed)
 	assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM pg_trigger WHERE tgname = 'fencelock_protect'"))
 
-	require.ErrorIs(t, s.Protect(ctx, "stock", pgfence.ForResource("")), pgfence.ErrInvalidOption)
-	require.ErrorIs(t, s.Protect(ctx, "stock", nil), pgfence.ErrInvalidOption)
+	require.ErrorIs(t, s.Protect(ctx, "stock", pgfence.ForResource("")), guard.ErrInvalidOption)
+	require.ErrorIs(t, s.Protect(ctx, "stock", nil), guard.ErrInvalidOption)
 }
 
 func TestProtectTableNames(t *testing.T) {

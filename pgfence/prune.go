@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencelock/fencelock/guard"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -15,7 +16,7 @@ import (
 // they are what rejects stale holders. olderThan must not be negative.
 func (s *Store) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if olderThan < 0 {
-		return 0, fmt.Errorf("%w: Prune: negative age %v", ErrInvalidInput, olderThan)
+		return 0, fmt.Errorf("%w: Prune: negative age %v", guard.ErrInvalidInput, olderThan)
 	}
 	var n int64
 	err := s.db.QueryRow(ctx, "SELECT fencelock.prune($1 * interval '1 microsecond')", pgx.QueryExecModeExec, olderThan.Microseconds()).Scan(&n)

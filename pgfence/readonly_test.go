@@ -35,7 +35,7 @@ func TestReadOnlyDatabase(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			check := func(what string, err error) {
 				t.Helper()
-				require.ErrorIs(t, err, pgfence.ErrReadOnly, what)
+				require.ErrorIs(t, err, guard.ErrReadOnly, what)
 				assert.Contains(t, err.Error(), "default_transaction_read_only", what)
 				assert.NotContains(t, err.Error(), "\n", what)
 			}
@@ -80,7 +80,7 @@ func TestReadOnlySession(t *testing.T) {
 	require.NoError(t, err)
 	s := newStore(t, conn)
 	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("ro", 1))
-	require.ErrorIs(t, err, pgfence.ErrReadOnly)
+	require.ErrorIs(t, err, guard.ErrReadOnly)
 	assert.Contains(t, err.Error(), "default_transaction_read_only")
 	assert.Zero(t, count(t, db.Pool, "SELECT count(*) FROM stock"))
 	assert.Zero(t, count(t, db.Pool, "SELECT count(*) FROM fencelock.fence"))

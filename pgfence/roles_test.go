@@ -108,7 +108,7 @@ func TestRestrictedRole(t *testing.T) {
 	_, fin, err = run.Resume(ctx)
 	require.NoError(t, err)
 	assert.True(t, fin)
-	require.ErrorIs(t, run.Step(ctx, "page-2", insert("run")), pgfence.ErrRunFinished)
+	require.ErrorIs(t, run.Step(ctx, "page-2", insert("run")), guard.ErrRunFinished)
 
 	// Raw SQL through the app role: claim first, then write.
 	rawTx := func(stmts ...string) error {
@@ -124,7 +124,7 @@ func TestRestrictedRole(t *testing.T) {
 	}
 	require.NoError(t, rawTx("SELECT fencelock.claim('sync', 10, 'a')", "INSERT INTO stock VALUES ('x', 1, 'raw')"))
 	err = rawTx("INSERT INTO stock VALUES ('x', 1, 'unclaimed')")
-	require.ErrorIs(t, pgfence.MapError(err), pgfence.ErrNotClaimed)
+	require.ErrorIs(t, pgfence.MapError(err), guard.ErrNotClaimed)
 
 	// A newer holder through the same role; the old one is refused.
 	b := lease{"sync", 11, "b"}
@@ -168,7 +168,7 @@ func TestRestrictedRole(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, app.Protect(ctx, "own.t"))
 	_, err = appPool.Exec(ctx, "INSERT INTO own.t VALUES (1)")
-	require.ErrorIs(t, pgfence.MapError(err), pgfence.ErrNotClaimed)
+	require.ErrorIs(t, pgfence.MapError(err), guard.ErrNotClaimed)
 	require.NoError(t, app.Unprotect(ctx, "own.t"))
 
 	// Without the EXECUTE grant the functions are closed too (they are not

@@ -3,9 +3,9 @@ package pgfence
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -30,13 +30,7 @@ func (r *Run) check() (guard.Claim, error) {
 	if err != nil {
 		return c, err
 	}
-	if r.key == "" {
-		return c, fmt.Errorf("%w: empty run key: name the batch, e.g. \"stock-sync-2026-11-30\"", ErrInvalidInput)
-	}
-	if err := checkLen("run key", r.key, MaxKeyLen, ErrInvalidInput); err != nil {
-		return c, err
-	}
-	if err := checkText("run key", r.key); err != nil {
+	if err := pgcore.CheckRunKey(r.key); err != nil {
 		return c, err
 	}
 	return c, checkClaim(c)
@@ -62,17 +56,14 @@ func (r *Run) Resume(ctx context.Context) (cursor string, finished bool, err err
 
 // Step runs fn in one fenced transaction (as guard.Exec does) that also
 // sets the run's cursor to newCursor. If the run is finished, fn does not
-// run and Step returns ErrRunFinished; a stale lease gets a
+// run and Step returns guard.ErrRunFinished; a stale lease gets a
 // *guard.StaleTokenError. fn may be nil to only move the cursor.
 func (r *Run) Step(ctx context.Context, newCursor string, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	_, err := r.check()
 	if err != nil {
 		return err
 	}
-	if len(newCursor) > MaxCursorLen {
-		return fmt.Errorf("%w: cursor is %d bytes, at most %d are accepted: keep a position in it (a chunk number, the last id), not the data", ErrInvalidInput, len(newCursor), MaxCursorLen)
-	}
-	if err := checkText("cursor", newCursor); err != nil {
+	if err := pgcore.CheckCursor(newCursor); err != nil {
 		return err
 	}
 	if fn == nil {
@@ -85,7 +76,7 @@ func (r *Run) Step(ctx context.Context, newCursor string, fn func(ctx context.Co
 }
 
 // Finish marks the run finished in a fenced transaction: later Steps, by
-// any holder, are no-ops (ErrRunFinished). Finishing a finished run is a
+// any holder, are no-ops (guard.ErrRunFinished). Finishing a finished run is a
 // no-op; a stale lease gets a *guard.StaleTokenError.
 func (r *Run) Finish(ctx context.Context) error {
 	if _, err := r.check(); err != nil {

@@ -2,14 +2,13 @@ package pgfence_test
 
 import (
 	"context"
-	"github.com/fencelock/fencelock/testenv"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
-	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -79,7 +78,7 @@ func TestResumableRun(t *testing.T) {
 		assert.True(t, fin)
 		ran = false
 		err = c.Step(ctx, "page-4", func(ctx context.Context, tx pgx.Tx) error { ran = true; return nil })
-		require.ErrorIs(t, err, pgfence.ErrRunFinished)
+		require.ErrorIs(t, err, guard.ErrRunFinished)
 		require.ErrorIs(t, err, guard.ErrAlreadyApplied)
 		assert.False(t, ran)
 		require.NoError(t, c.Finish(ctx))

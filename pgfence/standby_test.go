@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
-	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// On a hot standby, guarded writes are refused with ErrReadOnly naming
+// On a hot standby, guarded writes are refused with guard.ErrReadOnly naming
 // the standby, and fn does not run. Before,
 // the errors came back raw (25006, 0A000 from BEGIN ... READ WRITE).
 func TestHotStandby(t *testing.T) {
@@ -54,7 +53,7 @@ func TestHotStandby(t *testing.T) {
 	}
 	check := func(what string, err error) {
 		t.Helper()
-		require.ErrorIs(t, err, pgfence.ErrReadOnly, what)
+		require.ErrorIs(t, err, guard.ErrReadOnly, what)
 		assert.Contains(t, err.Error(), "hot standby", what)
 		assert.NotContains(t, err.Error(), "\n", what)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
-	"github.com/fencelock/fencelock/internal/claimcache"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,33 +53,33 @@ type Store struct {
 	prepare                                       bool
 	// adv lets a transaction skip advance when this Store has already
 	// seen its claim stored.
-	adv claimcache.Cache
+	adv pgcore.Cache
 	// observers are reported every Exec through the Store (WithObserver).
 	observers []guard.Observer
 }
 
 // New returns a Store over db. The fencelock schema must be installed
 // (migrations.Up); New does not check it, the first call that needs it
-// returns ErrSchemaMissing.
+// returns guard.ErrSchemaMissing.
 func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
-		return nil, ErrNilDB
+		return nil, errNilDB
 	}
 	// A typed nil pointer in the interface is as unusable as nil.
 	switch d := db.(type) {
 	case *pgxpool.Pool:
 		if d == nil {
-			return nil, ErrNilDB
+			return nil, errNilDB
 		}
 	case *pgx.Conn:
 		if d == nil {
-			return nil, ErrNilDB
+			return nil, errNilDB
 		}
 	}
 	s := &Store{db: db, prepare: true}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
+			return nil, fmt.Errorf("%w: nil Option", guard.ErrInvalidOption)
 		}
 		if err := o(s); err != nil {
 			return nil, err

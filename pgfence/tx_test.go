@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/fencelock/fencelock/testenv"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -13,7 +11,9 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -306,6 +306,6 @@ func TestRunStepMapsProtectRefusal(t *testing.T) {
 	ctx := testCtx(t)
 	require.NoError(t, s.Protect(ctx, "stock", pgfence.ForResource("stock:eu")))
 	err := s.Run(lease{"other", 1, "a"}, "run").Step(ctx, "1", insertStock("x", 1))
-	require.ErrorIs(t, err, pgfence.ErrNotClaimed)
+	require.ErrorIs(t, err, guard.ErrNotClaimed)
 	checkInvariant(t, err, rowsBy(t, db.Pool, "x"))
 }

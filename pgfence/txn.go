@@ -52,7 +52,7 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, erro
 	}
 	v := s.values(c, run)
 	// Once this Store has seen the claim stored it sends no advance at
-	// all (see internal/claimcache); when the token is already stored, advance only
+	// all (see pgcore.Cache); when the token is already stored, advance only
 	// reads; when it is stale it fails, and so does open.
 	advance := !s.adv.Has(c.Resource, c.Token, c.Holder)
 	cache := advance && s.autocommits()

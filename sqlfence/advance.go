@@ -10,7 +10,7 @@ import (
 // Call it just after acquiring the lock: from then on a previous holder
 // that is paused (GC, SIGSTOP, partition) is rejected even if it writes
 // before this holder's first write. It returns a *guard.StaleTokenError if
-// the database has already seen a newer token, ErrReadOnly on a read-only
+// the database has already seen a newer token, guard.ErrReadOnly on a read-only
 // database. ctx bounds the call, including a wait for the fence row held
 // by an open transaction.
 func (s *Store) Advance(ctx context.Context, lease guard.Lease) error {

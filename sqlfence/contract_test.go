@@ -23,9 +23,6 @@ func Harness(driver string) guardtest.Harness[*sql.Tx] {
 		Run: func(s guard.Store[*sql.Tx], l guard.Lease, key string) guardtest.Runner[*sql.Tx] {
 			return s.(*sqlfence.Store).Run(l, key)
 		},
-		ErrReadOnly:     sqlfence.ErrReadOnly,
-		ErrRunFinished:  sqlfence.ErrRunFinished,
-		ErrInvalidInput: sqlfence.ErrInvalidInput,
 	}
 }
 

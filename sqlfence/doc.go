@@ -13,8 +13,8 @@
 //
 // It keeps pgfence's semantics, with the same fencelock SQL functions and
 // the same errors: a stale token is a *guard.StaleTokenError, an applied
-// key guard.ErrAlreadyApplied, a finished run [ErrRunFinished], a
-// read-only database [ErrReadOnly], whatever the driver (errors are
+// key guard.ErrAlreadyApplied, a finished run [guard.ErrRunFinished], a
+// read-only database [guard.ErrReadOnly], whatever the driver (errors are
 // recognised by SQLSTATE). Both stores pass guard's contract suite
 // (package guard/guardtest).
 //
@@ -66,5 +66,5 @@
 // Tables protected with pgfence's Protect accept writes through sqlfence
 // (the check sets the claim their trigger reads). The fencelock schema
 // must be installed first (package migrations); without it every call
-// returns [ErrSchemaMissing].
+// returns [guard.ErrSchemaMissing].
 package sqlfence

@@ -2,14 +2,12 @@ package sqlfence
 
 import (
 	"github.com/fencelock/fencelock/guard"
-	"github.com/fencelock/fencelock/internal/storeobs"
+	"github.com/fencelock/fencelock/internal/pgcore"
 )
 
 var (
-	_ guard.ObservedStore     = (*Store)(nil)
-	_ guard.RejectionReasoner = (*Store)(nil)
-	_ guard.ObservedStore     = runStore{}
-	_ guard.RejectionReasoner = runStore{}
+	_ guard.ObservedStore = (*Store)(nil)
+	_ guard.ObservedStore = runStore{}
 )
 
 // WithObserver adds o to the Store's observers: every guard.Exec through
@@ -20,7 +18,7 @@ var (
 // interfaces.
 func WithObserver(o guard.Observer) Option {
 	return func(s *Store) error {
-		if err := storeobs.Check(o, ErrInvalidOption); err != nil {
+		if err := pgcore.CheckObserver(o); err != nil {
 			return err
 		}
 		s.observers = append(s.observers[:len(s.observers):len(s.observers)], o)
@@ -32,16 +30,5 @@ func WithObserver(o guard.Observer) Option {
 // (guard.ObservedStore: guard.Exec reports to them).
 func (s *Store) Observers() []guard.Observer { return s.observers }
 
-// RejectionReason names the refusals guard does not know by name
-// (guard.RejectionReasoner): a finished run and a read-only database.
-func (s *Store) RejectionReason(err error) guard.Reason { return rejectionReason(err) }
-
 // Observers implements guard.ObservedStore for a run's steps.
 func (rs runStore) Observers() []guard.Observer { return rs.s.observers }
-
-// RejectionReason implements guard.RejectionReasoner for a run's steps.
-func (rs runStore) RejectionReason(err error) guard.Reason { return rejectionReason(err) }
-
-func rejectionReason(err error) guard.Reason {
-	return storeobs.Reason(err, ErrRunFinished, ErrReadOnly)
-}

@@ -70,7 +70,7 @@ func TestStoreObserver(t *testing.T) {
 	assert.Equal(t, guard.Committed, rec.last(t).Outcome, "a run's step reports to the store's observer")
 	require.NoError(t, run.Finish(ctx))
 	err = run.Step(ctx, "2", insert("run"))
-	require.ErrorIs(t, err, sqlfence.ErrRunFinished)
+	require.ErrorIs(t, err, guard.ErrRunFinished)
 	e = rec.last(t)
 	assert.Equal(t, guard.Rejected, e.Outcome)
 	assert.Equal(t, guard.ReasonRunFinished, e.Reason, "a finished run is named as such, not as an applied key")
@@ -80,7 +80,7 @@ func TestStoreObserver(t *testing.T) {
 func TestWithObserverValidates(t *testing.T) {
 	_, db := newDB(t)
 	_, err := sqlfence.New(db, sqlfence.WithObserver(nil))
-	require.ErrorIs(t, err, sqlfence.ErrInvalidOption)
+	require.ErrorIs(t, err, guard.ErrInvalidOption)
 	_, err = sqlfence.New(db, sqlfence.WithObserver(struct{}{}))
-	require.ErrorIs(t, err, sqlfence.ErrInvalidOption)
+	require.ErrorIs(t, err, guard.ErrInvalidOption)
 }

@@ -3,6 +3,8 @@ package sqlfence
 import (
 	"fmt"
 	"time"
+
+	"github.com/fencelock/fencelock/guard"
 )
 
 // Option configures a Store.
@@ -12,14 +14,14 @@ type Option func(*Store) error
 // the fence row at commit (held only by commits in flight, by Advance, and
 // by transactions that wrote to a table protected with pgfence's Protect)
 // and the writes of fn. Past d the wait fails, for the fence row with
-// ErrFenceBusy, and the transaction is rolled back. It is set for the
+// guard.ErrFenceBusy, and the transaction is rolled back. It is set for the
 // transaction only (lock_timeout, set_config local) in the statement that
 // checks the claim at begin, so it costs no round trip. d must be at least
 // a millisecond. Default: Postgres's lock_timeout setting.
 func WithLockTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("%w: WithLockTimeout(%v): must be at least 1ms", ErrInvalidOption, d)
+			return fmt.Errorf("%w: WithLockTimeout(%v): must be at least 1ms", guard.ErrInvalidOption, d)
 		}
 		s.lockTimeout = d
 		return nil
@@ -36,7 +38,7 @@ func WithLockTimeout(d time.Duration) Option {
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("%w: WithIdleTimeout(%v): must be at least 1ms", ErrInvalidOption, d)
+			return fmt.Errorf("%w: WithIdleTimeout(%v): must be at least 1ms", guard.ErrInvalidOption, d)
 		}
 		s.idleTimeout = d
 		return nil

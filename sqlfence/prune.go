@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/fencelock/fencelock/guard"
 )
 
 // Prune deletes applied idempotency keys and finished runs older than
@@ -13,7 +15,7 @@ import (
 // they are what rejects stale holders. olderThan must not be negative.
 func (s *Store) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if olderThan < 0 {
-		return 0, fmt.Errorf("%w: Prune: negative age %v", ErrInvalidInput, olderThan)
+		return 0, fmt.Errorf("%w: Prune: negative age %v", guard.ErrInvalidInput, olderThan)
 	}
 	var n int64
 	err := s.db.QueryRowContext(ctx, "SELECT fencelock.prune($1 * interval '1 microsecond')", olderThan.Microseconds()).Scan(&n)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
-	"github.com/fencelock/fencelock/internal/sqlstate"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/assert"
@@ -62,7 +62,7 @@ func TestApplicationRole(t *testing.T) {
 	} {
 		_, err := db.ExecContext(ctx, q)
 		require.Error(t, err, q)
-		assert.Equal(t, "42501", sqlstate.Code(err), "%s: insufficient_privilege", q)
+		assert.Equal(t, "42501", pgcore.Code(err), "%s: insufficient_privilege", q)
 	}
 	assert.EqualValues(t, 2, count(t, admin, "SELECT token FROM fencelock.fence WHERE resource = 'r'"))
 	assert.EqualValues(t, 2, count(t, admin, "SELECT count(*) FROM stock"))

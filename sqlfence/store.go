@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
-	"github.com/fencelock/fencelock/internal/claimcache"
-	"github.com/fencelock/fencelock/internal/pgtext"
+	"github.com/fencelock/fencelock/internal/pgcore"
 )
 
 var (
@@ -29,7 +28,7 @@ type Store struct {
 	idleTimeout time.Duration
 	// adv lets a transaction skip advance when this Store has already
 	// seen its claim stored.
-	adv claimcache.Cache
+	adv pgcore.Cache
 	// open is the check statement, with the timeouts.
 	open string
 	// openColumns is the number of columns openQuery returns.
@@ -45,17 +44,17 @@ type Store struct {
 // (pgx's "pgx" from github.com/jackc/pgx/v5/stdlib, lib/pq's "postgres",
 // or another that reports server errors with a SQLState() method). The
 // fencelock schema must be installed (migrations.Up); New does not check
-// it, the first call that needs it returns ErrSchemaMissing.
+// it, the first call that needs it returns guard.ErrSchemaMissing.
 func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if db == nil {
-		return nil, ErrNilDB
+		return nil, errNilDB
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	s := &Store{db: db, nonce: hex.EncodeToString(b[:])}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
+			return nil, fmt.Errorf("%w: nil Option", guard.ErrInvalidOption)
 		}
 		if err := o(s); err != nil {
 			return nil, err
@@ -188,11 +187,11 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, erro
 func readOnlyError(why string) error {
 	switch why {
 	case "standby":
-		return fmt.Errorf("%w: the server is a hot standby (pg_is_in_recovery() is true): fn did not run, nothing was written; connect to the primary", ErrReadOnly)
+		return fmt.Errorf("%w: the server is a hot standby (pg_is_in_recovery() is true): fn did not run, nothing was written; connect to the primary", guard.ErrReadOnly)
 	case "default":
-		return fmt.Errorf("%w: default_transaction_read_only is on (set for the database, the role or the session): fn did not run, nothing was written; turn it off or connect to a writable database", ErrReadOnly)
+		return fmt.Errorf("%w: default_transaction_read_only is on (set for the database, the role or the session): fn did not run, nothing was written; turn it off or connect to a writable database", guard.ErrReadOnly)
 	}
-	return fmt.Errorf("%w (transaction_read_only is on): fn did not run, nothing was written", ErrReadOnly)
+	return fmt.Errorf("%w (transaction_read_only is on): fn did not run, nothing was written", guard.ErrReadOnly)
 }
 
 // beginError maps err; an error caused by ctx ending says so.
@@ -229,58 +228,6 @@ func nullable(s string) any {
 	return s
 }
 
-// Length limits, checked before anything is sent; the same as pgfence's.
-// The resource is the fence table's primary key, and (resource, key) and
-// (resource, run key) are the primary keys of the applied keys and of the
-// runs: a btree entry must fit in a third of a page (2,704 bytes on 8 kB
-// pages), so each part is capped at 1 KiB. fence caps lock names and
-// holder ids at 512 bytes (fence.MaxNameLen), well within these.
-const (
-	// MaxResourceLen is the longest resource (lease name) accepted, in
-	// bytes.
-	MaxResourceLen = 1024
-	// MaxHolderLen is the longest holder accepted, in bytes.
-	MaxHolderLen = 1024
-	// MaxKeyLen is the longest idempotency key (guard.WithKey) and run key
-	// (Store.Run) accepted, in bytes.
-	MaxKeyLen = 1024
-)
-
-// checkClaim rejects what guard.NewClaim rejects, for callers that build
-// a Claim by hand, strings Postgres text cannot hold and strings over
-// their limit: all before any round trip, so bad input writes nothing,
-// not even the fence row.
-func checkClaim(c guard.Claim) error {
-	switch {
-	case c.Resource == "":
-		return fmt.Errorf("%w: empty resource name", guard.ErrInvalidLease)
-	case c.Token <= 0:
-		return fmt.Errorf("%w: token must be > 0, got %d", guard.ErrInvalidLease, c.Token)
-	case c.Holder == "":
-		return fmt.Errorf("%w: empty holder", guard.ErrInvalidLease)
-	}
-	for _, f := range []struct {
-		what string
-		s    string
-		max  int
-		kind error
-	}{
-		{"resource name", c.Resource, MaxResourceLen, guard.ErrInvalidLease},
-		{"holder", c.Holder, MaxHolderLen, guard.ErrInvalidLease},
-		{"idempotency key", c.Key, MaxKeyLen, guard.ErrInvalidOption},
-	} {
-		if err := checkLen(f.what, f.s, f.max, f.kind); err != nil {
-			return err
-		}
-		if err := checkText(f.what, f.s); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func checkLen(what, s string, max int, kind error) error {
-	return pgtext.Len(what, s, max, ErrInvalidInput, kind)
-}
-
-func checkText(what, s string) error { return pgtext.Text(what, s, ErrInvalidInput) }
+// checkClaim rejects bad input before any round trip (internal/pgcore):
+// the limits are guard's (guard.MaxResourceLen and the others).
+func checkClaim(c guard.Claim) error { return pgcore.CheckClaim(c) }

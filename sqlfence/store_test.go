@@ -153,7 +153,7 @@ func TestMapErrorRawSQL(t *testing.T) {
 	assert.ErrorIs(t, err, guard.ErrStaleToken)
 
 	_, err = db.ExecContext(ctx, "SELECT fencelock.claim($1, $2, $3)", "", 4, "a")
-	assert.ErrorIs(t, sqlfence.MapError(err), sqlfence.ErrInvalidInput)
+	assert.ErrorIs(t, sqlfence.MapError(err), guard.ErrInvalidInput)
 	assert.Nil(t, sqlfence.MapError(nil))
 	other := errors.New("other")
 	assert.Equal(t, other, sqlfence.MapError(other))
@@ -173,7 +173,7 @@ func TestProtectedTable(t *testing.T) {
 	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, insert("a"))
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, "INSERT INTO stock VALUES ('x', 'raw')")
-	assert.ErrorIs(t, sqlfence.MapError(err), sqlfence.ErrNotClaimed)
+	assert.ErrorIs(t, sqlfence.MapError(err), guard.ErrNotClaimed)
 	// Overtaken after writing to the protected table: refused.
 	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx *sql.Tx) error {
 		if err := insert("a")(ctx, tx); err != nil {
@@ -216,10 +216,10 @@ func TestOptions(t *testing.T) {
 
 	for _, o := range []sqlfence.Option{nil, sqlfence.WithLockTimeout(0), sqlfence.WithIdleTimeout(time.Microsecond)} {
 		_, err := sqlfence.New(db, o)
-		assert.ErrorIs(t, err, sqlfence.ErrInvalidOption)
+		assert.ErrorIs(t, err, guard.ErrInvalidOption)
 	}
 	_, err = sqlfence.New(nil)
-	assert.ErrorIs(t, err, sqlfence.ErrNilDB)
+	assert.ErrorIs(t, err, guard.ErrNilDB)
 }
 
 // Without the schema every call names the command that installs it.
@@ -229,10 +229,10 @@ func TestSchemaMissing(t *testing.T) {
 	ctx := testCtx(t)
 	s := newStore(t, db)
 	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, *sql.Tx) error { return nil })
-	assert.ErrorIs(t, err, sqlfence.ErrSchemaMissing)
-	assert.ErrorIs(t, s.Advance(ctx, lease{"r", 1, "a"}), sqlfence.ErrSchemaMissing)
+	assert.ErrorIs(t, err, guard.ErrSchemaMissing)
+	assert.ErrorIs(t, s.Advance(ctx, lease{"r", 1, "a"}), guard.ErrSchemaMissing)
 	_, err = s.Prune(ctx, time.Hour)
-	assert.ErrorIs(t, err, sqlfence.ErrSchemaMissing)
+	assert.ErrorIs(t, err, guard.ErrSchemaMissing)
 }
 
 // Prune deletes old keys and finished runs, never tokens.
@@ -254,5 +254,5 @@ func TestPrune(t *testing.T) {
 	assert.EqualValues(t, 1, count(t, db, "SELECT count(*) FROM fencelock.applied"))
 	assert.EqualValues(t, 1, count(t, db, "SELECT count(*) FROM fencelock.fence"))
 	_, err = s.Prune(ctx, -time.Second)
-	assert.ErrorIs(t, err, sqlfence.ErrInvalidInput)
+	assert.ErrorIs(t, err, guard.ErrInvalidInput)
 }

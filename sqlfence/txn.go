@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fencelock/guard"
-	"github.com/fencelock/fencelock/internal/sqlstate"
+	"github.com/fencelock/fencelock/internal/pgcore"
 )
 
 // txn is an open, checked transaction.
@@ -119,6 +119,6 @@ func (t *txn) rollback(ctx context.Context) {
 
 // isPostgres reports whether err carries an answer of the server.
 func isPostgres(err error) bool {
-	_, ok := sqlstate.From(err)
+	_, ok := pgcore.From(err)
 	return ok
 }

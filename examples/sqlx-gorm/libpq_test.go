@@ -25,9 +25,6 @@ func TestContractLibPQ(t *testing.T) {
 		Run: func(s guard.Store[*sql.Tx], l guard.Lease, key string) guardtest.Runner[*sql.Tx] {
 			return s.(*sqlfence.Store).Run(l, key)
 		},
-		ErrReadOnly:     sqlfence.ErrReadOnly,
-		ErrRunFinished:  sqlfence.ErrRunFinished,
-		ErrInvalidInput: sqlfence.ErrInvalidInput,
 	})
 }
 

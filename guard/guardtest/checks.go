@@ -279,8 +279,8 @@ func (s *suite[Tx]) resumableRun(t *testing.T) {
 		t.Errorf("Finish of a finished run: %v", err)
 	}
 	err = s.h.Run(s.db.NewStore(t), Lease{res, 7, "c"}, "batch").Step(ctx, "50", s.insert(table, "c", 1, &ran))
-	if !errors.Is(err, s.h.ErrRunFinished) || !errors.Is(err, guard.ErrAlreadyApplied) {
-		t.Fatalf("step of a finished run: want ErrRunFinished wrapping guard.ErrAlreadyApplied, got %v", err)
+	if !errors.Is(err, guard.ErrRunFinished) || !errors.Is(err, guard.ErrAlreadyApplied) {
+		t.Fatalf("step of a finished run: want guard.ErrRunFinished, matching guard.ErrAlreadyApplied, got %v", err)
 	}
 	oneLine(t, err)
 	if ran.Load() != 0 {

@@ -17,17 +17,6 @@ type Harness[Tx any] struct {
 	// Run opens the resumable run key of lease's resource on store (for
 	// pgfence: store.(*pgfence.Store).Run(lease, key)).
 	Run func(store guard.Store[Tx], lease guard.Lease, key string) Runner[Tx]
-
-	// ErrReadOnly is the error the store returns, wrapped, for a database
-	// that does not accept writes (default_transaction_read_only, a hot
-	// standby).
-	ErrReadOnly error
-	// ErrRunFinished is the error of a step of a finished run; it must
-	// wrap guard.ErrAlreadyApplied.
-	ErrRunFinished error
-	// ErrInvalidInput is the error the store returns for a string it
-	// cannot store (invalid UTF-8, over its length limit).
-	ErrInvalidInput error
 }
 
 // Database is one test database as the suite sees it.

@@ -11,8 +11,7 @@ import (
 )
 
 // A database that does not accept writes (default_transaction_read_only
-// on the database; a hot standby looks the same) gets the store's
-// read-only error, runs no fn and writes nothing; the store does not
+// on the database; a hot standby looks the same) gets guard.ErrReadOnly, runs no fn and writes nothing; the store does not
 // override the setting.
 func (s *suite[Tx]) readOnly(t *testing.T) {
 	db := s.h.Open(t)
@@ -37,8 +36,8 @@ func (s *suite[Tx]) readOnly(t *testing.T) {
 			ran.Add(1)
 			return db.TxExec(ctx, tx, "INSERT INTO guardtest_ro VALUES ('x', 'b')")
 		}, guard.WithKey("k"))
-		if !errors.Is(err, s.h.ErrReadOnly) {
-			t.Errorf("lease %+v on a read-only database: want the store's read-only error, got %v", l, err)
+		if !errors.Is(err, guard.ErrReadOnly) {
+			t.Errorf("lease %+v on a read-only database: want guard.ErrReadOnly, got %v", l, err)
 		}
 		oneLine(t, err)
 		if ran.Load() != 0 {
@@ -46,8 +45,8 @@ func (s *suite[Tx]) readOnly(t *testing.T) {
 		}
 	}
 	if adv, ok := store.(Advancer); ok {
-		if err := adv.Advance(ctx, Lease{"ro", 3, "c"}); !errors.Is(err, s.h.ErrReadOnly) {
-			t.Errorf("Advance on a read-only database: want the store's read-only error, got %v", err)
+		if err := adv.Advance(ctx, Lease{"ro", 3, "c"}); !errors.Is(err, guard.ErrReadOnly) {
+			t.Errorf("Advance on a read-only database: want guard.ErrReadOnly, got %v", err)
 		}
 	}
 	if n, err := db.QueryInt(ctx, "SELECT count(*) FROM guardtest_ro"); err != nil || n != 1 {
@@ -78,32 +77,32 @@ func (s *suite[Tx]) badInput(t *testing.T) {
 		{"zero token", func() error { _, err := guard.Exec(ctx, store, Lease{res, 0, "a"}, fn); return err }, guard.ErrInvalidLease},
 		{"negative token", func() error { _, err := guard.Exec(ctx, store, Lease{res, -5, "a"}, fn); return err }, guard.ErrInvalidLease},
 		{"empty holder", func() error { _, err := guard.Exec(ctx, store, Lease{res, 1, ""}, fn); return err }, guard.ErrInvalidLease},
-		{"NUL in resource", func() error { _, err := guard.Exec(ctx, store, Lease{res + "\x00", 1, "a"}, fn); return err }, nil},
-		{"invalid UTF-8 holder", func() error { _, err := guard.Exec(ctx, store, Lease{res, 1, "a\xff"}, fn); return err }, s.h.ErrInvalidInput},
-		{"oversized resource", func() error { _, err := guard.Exec(ctx, store, Lease{res + long, 1, "a"}, fn); return err }, nil},
-		{"oversized holder", func() error { _, err := guard.Exec(ctx, store, Lease{res, 1, long + long}, fn); return err }, nil},
+		{"NUL in resource", func() error { _, err := guard.Exec(ctx, store, Lease{res + "\x00", 1, "a"}, fn); return err }, guard.ErrInvalidLease},
+		{"invalid UTF-8 holder", func() error { _, err := guard.Exec(ctx, store, Lease{res, 1, "a\xff"}, fn); return err }, guard.ErrInvalidInput},
+		{"oversized resource", func() error { _, err := guard.Exec(ctx, store, Lease{res + long, 1, "a"}, fn); return err }, guard.ErrInvalidInput},
+		{"oversized holder", func() error { _, err := guard.Exec(ctx, store, Lease{res, 1, long + long}, fn); return err }, guard.ErrInvalidInput},
 		{"empty key", func() error { _, err := guard.Exec(ctx, store, Lease{res, 1, "a"}, fn, guard.WithKey("")); return err }, guard.ErrInvalidOption},
 		{"oversized key", func() error {
 			_, err := guard.Exec(ctx, store, Lease{res, 1, "a"}, fn, guard.WithKey(long))
 			return err
-		}, nil},
+		}, guard.ErrInvalidInput},
 		{"nil fn", func() error { _, err := guard.Exec(ctx, store, Lease{res, 1, "a"}, nil); return err }, guard.ErrNilFunc},
 		{"nil store", func() error { _, err := guard.Exec[Tx](ctx, nil, Lease{res, 1, "a"}, fn); return err }, guard.ErrNilStore},
-		{"Begin: empty resource", func() error { return begin(ctx, store, guard.Claim{Token: 1, Holder: "a"}) }, nil},
-		{"Begin: zero token", func() error { return begin(ctx, store, guard.Claim{Resource: res, Holder: "a"}) }, nil},
-		{"Begin: empty holder", func() error { return begin(ctx, store, guard.Claim{Resource: res, Token: 1}) }, nil},
+		{"Begin: empty resource", func() error { return begin(ctx, store, guard.Claim{Token: 1, Holder: "a"}) }, guard.ErrInvalidLease},
+		{"Begin: zero token", func() error { return begin(ctx, store, guard.Claim{Resource: res, Holder: "a"}) }, guard.ErrInvalidLease},
+		{"Begin: empty holder", func() error { return begin(ctx, store, guard.Claim{Resource: res, Token: 1}) }, guard.ErrInvalidLease},
 		{"Begin: invalid UTF-8 key", func() error {
 			return begin(ctx, store, guard.Claim{Resource: res, Token: 1, Holder: "a", Key: "k\xc3"})
-		}, nil},
-		{"Begin: oversized key", func() error { return begin(ctx, store, guard.Claim{Resource: res, Token: 1, Holder: "a", Key: long}) }, nil},
-		{"Begin: oversized resource", func() error { return begin(ctx, store, guard.Claim{Resource: long, Token: 1, Holder: "a"}) }, nil},
+		}, guard.ErrInvalidInput},
+		{"Begin: oversized key", func() error { return begin(ctx, store, guard.Claim{Resource: res, Token: 1, Holder: "a", Key: long}) }, guard.ErrInvalidOption},
+		{"Begin: oversized resource", func() error { return begin(ctx, store, guard.Claim{Resource: long, Token: 1, Holder: "a"}) }, guard.ErrInvalidLease},
 	} {
 		err := tc.run()
 		if err == nil {
 			t.Errorf("%s: accepted", tc.name)
 			continue
 		}
-		if tc.want != nil && !errors.Is(err, tc.want) {
+		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: got %v, want an error wrapping %v", tc.name, err, tc.want)
 		}
 		oneLine(t, err)

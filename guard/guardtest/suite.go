@@ -23,8 +23,8 @@ const Timeout = 2 * time.Minute
 // per check. Every check must pass for a store to keep guard's promise.
 func Run[Tx any](t *testing.T, h Harness[Tx]) {
 	t.Helper()
-	if h.Open == nil || h.Run == nil || h.ErrReadOnly == nil || h.ErrRunFinished == nil || h.ErrInvalidInput == nil {
-		t.Fatal("guardtest: Harness needs Open, Run, ErrReadOnly, ErrRunFinished and ErrInvalidInput")
+	if h.Open == nil || h.Run == nil {
+		t.Fatal("guardtest: Harness needs Open and Run")
 	}
 	s := &suite[Tx]{h: h}
 	s.db = h.Open(t)
@@ -51,6 +51,7 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"MisuseCommitWhenOvertaken", s.misuseCommitOvertaken},
 		{"ReadOnlyDatabase", s.readOnly},
 		{"BadInput", s.badInput},
+		{"SameRefusalSameError", s.sameErrors},
 	} {
 		t.Run(c.name, c.fn)
 	}

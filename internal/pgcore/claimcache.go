@@ -1,15 +1,12 @@
-// Package claimcache remembers, per resource, the claim a store has seen
-// stored in the fence row, so that a guarded transaction of that same claim
-// can skip the advance statement at begin (pgfence and sqlfence share it).
-package claimcache
+package pgcore
 
 import "sync"
 
-// Cap bounds the cache of advanced claims: one entry per resource,
+// CacheCap bounds the cache of advanced claims: one entry per resource,
 // so it only fills up in a process that guards many thousands of
 // resources; then an arbitrary entry goes, and that resource's next
 // transaction sends advance again (correct, one statement dearer).
-const Cap = 4096
+const CacheCap = 4096
 
 // Cache remembers, per resource, the (token, holder) this Store has
 // seen recorded in the fence row: advance committed it, or Advance
@@ -47,7 +44,7 @@ func (a *Cache) Add(resource string, token int64, holder string) {
 		if c.token > token {
 			return
 		}
-	} else if len(a.m) >= Cap {
+	} else if len(a.m) >= CacheCap {
 		for k := range a.m {
 			delete(a.m, k)
 			break

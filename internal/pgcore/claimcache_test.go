@@ -1,4 +1,4 @@
-package claimcache
+package pgcore
 
 import (
 	"fmt"
@@ -20,9 +20,9 @@ func TestCache(t *testing.T) {
 	assert.True(t, c.Has("r", 6, "new"))
 	assert.False(t, c.Has("r", 5, "h"))
 
-	for i := range 2 * Cap {
+	for i := range 2 * CacheCap {
 		c.Add(fmt.Sprint("x", i), 1, "h")
 	}
-	assert.LessOrEqual(t, len(c.m), Cap, "bounded")
-	assert.True(t, c.Has(fmt.Sprint("x", 2*Cap-1), 1, "h"), "the newest entry is kept")
+	assert.LessOrEqual(t, len(c.m), CacheCap, "bounded")
+	assert.True(t, c.Has(fmt.Sprint("x", 2*CacheCap-1), 1, "h"), "the newest entry is kept")
 }

@@ -1,4 +1,4 @@
-package sqlstate_test
+package pgcore_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
-	"github.com/fencelock/fencelock/internal/sqlstate"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,19 +31,6 @@ type bareError string
 func (e bareError) Error() string    { return string(e) }
 func (e bareError) SQLState() string { return "FL001" }
 
-var (
-	sentinelReadOnly = errors.New("store: read-only")
-	sentinelFinished = fmt.Errorf("store: run finished: %w", guard.ErrAlreadyApplied)
-	sentinelMissing  = errors.New("store: schema missing")
-	sentinelInput    = errors.New("store: invalid input")
-	sentinelClaimed  = errors.New("store: not claimed")
-	sentinelBusy     = errors.New("store: busy")
-	m                = sqlstate.Mapper{
-		SchemaMissing: sentinelMissing, NotClaimed: sentinelClaimed, RunFinished: sentinelFinished,
-		FenceBusy: sentinelBusy, InvalidInput: sentinelInput, ReadOnly: sentinelReadOnly,
-	}
-)
-
 const staleDetail = `{"resource" : "r", "token" : 4, "current" : 5}`
 
 func TestFromAnyDriver(t *testing.T) {
@@ -52,24 +39,24 @@ func TestFromAnyDriver(t *testing.T) {
 		fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "FL001", Message: "fencelock: stale", Detail: staleDetail}),
 		&otherDriverError{Code: "FL001", Message: "fencelock: stale", Detail: staleDetail},
 	} {
-		e, ok := sqlstate.From(err)
+		e, ok := pgcore.From(err)
 		require.True(t, ok, "%T", err)
-		assert.Equal(t, sqlstate.Error{Code: "FL001", Message: "fencelock: stale", Detail: staleDetail}, e)
-		mapped := m.Map(err)
+		assert.Equal(t, pgcore.Error{Code: "FL001", Message: "fencelock: stale", Detail: staleDetail}, e)
+		mapped := pgcore.Map(err)
 		var se *guard.StaleTokenError
 		require.ErrorAs(t, mapped, &se, "%T", err)
 		assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: 4, Current: 5}, *se)
 	}
 	// No fields: the code still maps, without the figures.
-	e, ok := sqlstate.From(bareError("stale"))
+	e, ok := pgcore.From(bareError("stale"))
 	require.True(t, ok)
 	assert.Equal(t, "FL001", e.Code)
-	assert.ErrorIs(t, m.Map(bareError("stale")), guard.ErrStaleToken)
+	assert.ErrorIs(t, pgcore.Map(bareError("stale")), guard.ErrStaleToken)
 
 	for _, err := range []error{nil, errors.New("not postgres"), &pgconn.PgError{}} {
-		_, ok := sqlstate.From(err)
+		_, ok := pgcore.From(err)
 		assert.False(t, ok, "%v", err)
-		assert.Equal(t, err, m.Map(err))
+		assert.Equal(t, err, pgcore.Map(err))
 	}
 }
 
@@ -79,18 +66,18 @@ func TestMapCodes(t *testing.T) {
 		want      error
 	}{
 		{"FL003", "fencelock: applied", guard.ErrAlreadyApplied},
-		{"FL004", "fencelock: finished", sentinelFinished},
+		{"FL004", "fencelock: finished", guard.ErrRunFinished},
 		{"FL004", "fencelock: finished", guard.ErrAlreadyApplied},
-		{"FL002", "fencelock: not claimed", sentinelClaimed},
-		{"55P03", "canceling statement due to lock timeout", sentinelBusy},
-		{"25006", "cannot execute INSERT in a read-only transaction", sentinelReadOnly},
-		{"0A000", "cannot set transaction read-write mode during recovery", sentinelReadOnly},
-		{"22023", "fencelock: claim: empty resource name", sentinelInput},
-		{"42883", "function fencelock.open(unknown) does not exist", sentinelMissing},
-		{"3F000", `schema "fencelock" does not exist`, sentinelMissing},
+		{"FL002", "fencelock: not claimed", guard.ErrNotClaimed},
+		{"55P03", "canceling statement due to lock timeout", guard.ErrFenceBusy},
+		{"25006", "cannot execute INSERT in a read-only transaction", guard.ErrReadOnly},
+		{"0A000", "cannot set transaction read-write mode during recovery", guard.ErrReadOnly},
+		{"22023", "fencelock: claim: empty resource name", guard.ErrInvalidInput},
+		{"42883", "function fencelock.open(unknown) does not exist", guard.ErrSchemaMissing},
+		{"3F000", `schema "fencelock" does not exist`, guard.ErrSchemaMissing},
 	} {
 		err := &otherDriverError{Code: code(tc.code), Message: tc.msg}
-		mapped := m.Map(err)
+		mapped := pgcore.Map(err)
 		assert.ErrorIs(t, mapped, tc.want, tc.code)
 		var back *otherDriverError
 		if tc.code != "FL003" {
@@ -105,10 +92,6 @@ func TestMapCodes(t *testing.T) {
 		&otherDriverError{Code: "0A000", Message: "not supported"},
 		&otherDriverError{Code: "23505", Message: "duplicate key"},
 	} {
-		assert.Equal(t, error(err), m.Map(err))
+		assert.Equal(t, error(err), pgcore.Map(err))
 	}
-	// A mapper without a sentinel leaves its code alone.
-	var empty sqlstate.Mapper
-	ro := &otherDriverError{Code: "25006", Message: "read-only"}
-	assert.Equal(t, error(ro), empty.Map(ro))
 }

@@ -1,9 +1,12 @@
-// Package sqlstate recognises the errors Postgres raises, whatever the
-// driver that carries them (pgx, pgx's database/sql driver, lib/pq), and
-// maps the SQLSTATEs of the fencelock functions to the errors of guard and
-// of the store package that asks (pgfence, sqlfence). It is the one place
-// that knows those codes.
-package sqlstate
+// Package pgcore is what the Postgres stores (pgfence over pgx, sqlfence
+// over database/sql) share: the one place that knows the SQLSTATEs of the
+// fencelock functions and maps them to guard's errors, whatever the driver
+// that carries them (pgx, pgx's database/sql driver, lib/pq); the checks of
+// input before anything is sent; the claim cache; the settings a Store is
+// configured with; resumable runs, Advance and Prune over a driver; and the
+// hook that queues statements onto an open guarded transaction's commit.
+// The stores keep only what differs: the driver.
+package pgcore
 
 import (
 	"errors"
