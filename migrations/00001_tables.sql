@@ -66,8 +66,21 @@ COMMENT ON COLUMN fencelock.runs.token IS 'Token of the last step (or of the fin
 COMMENT ON COLUMN fencelock.runs.cursor IS 'Cursor committed by the last step ('''' before the first).';
 COMMENT ON COLUMN fencelock.runs.finished IS 'The run is done: every later step, by any holder, is refused.';
 
+-- schema_version() is the migration this schema implements. Every
+-- migration redefines it and every Down restores the previous value, so
+-- that migrations.Up can adopt a schema that another goose version table
+-- recorded (the goose CLI without -table) by asking it.
+-- +goose StatementBegin
+CREATE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sql IMMUTABLE AS $$ SELECT 1::bigint $$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION fencelock.schema_version() IS 'Version of the fencelock migrations this schema implements (migrations.Up adopts a schema by it; redefined by every migration).';
+
+REVOKE ALL ON FUNCTION fencelock.schema_version() FROM PUBLIC;
+
 -- +goose Down
--- The functions (00002) are gone by now; a table or other object someone
+DROP FUNCTION fencelock.schema_version();
+-- The other functions (00002) are gone by now; a table or other object someone
 -- added to the schema makes this fail rather than vanish with it.
 DROP TABLE fencelock.runs;
 DROP TABLE fencelock.applied;

@@ -668,6 +668,10 @@ COMMENT ON FUNCTION fencelock.protect_guard() IS
 -- (see the top of this file), not by everyone.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fencelock FROM PUBLIC;
 
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sql IMMUTABLE AS $$ SELECT 2::bigint $$;
+-- +goose StatementEnd
+
 -- +goose Down
 -- While a table protected by pgfence's Protect still has its trigger,
 -- dropping the functions would leave it unfenced (or, with CASCADE, drop
@@ -709,3 +713,6 @@ DROP FUNCTION fencelock.raise_finished(text, text, bigint);
 DROP FUNCTION fencelock.raise_applied(text, text, bigint);
 DROP FUNCTION fencelock.raise_stale(text, bigint, bigint, text);
 DROP FUNCTION fencelock.raise_invalid(text, text);
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sql IMMUTABLE AS $$ SELECT 1::bigint $$;
+-- +goose StatementEnd

@@ -3,7 +3,7 @@ package migrations_test
 import (
 	"bytes"
 	"database/sql"
-	"fmt"
+	"log/slog"
 	"regexp"
 	"sync"
 	"testing"
@@ -15,22 +15,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// logBuf is a Logger that keeps what it is given.
+// logBuf keeps what a logger writes, as text.
 type logBuf struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (l *logBuf) Printf(format string, v ...any) {
+func (l *logBuf) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fmt.Fprintf(&l.buf, format+"\n", v...)
+	return l.buf.Write(p)
 }
 
 func (l *logBuf) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.String()
+}
+
+// logger returns a text logger into l at level.
+func (l *logBuf) logger(level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: level}))
 }
 
 // installWithGooseDefaultTable installs the migrations as the goose CLI does
@@ -70,25 +75,25 @@ func recorded(t *testing.T, db *sql.DB) []int64 {
 func TestUpAdoptsSchemaInstalledWithGooseDefaultTable(t *testing.T) {
 	db := openDB(t, testenv.NewDB(t).URL)
 	ctx := ctxT(t)
-	installWithGooseDefaultTable(t, db, 2)
+	installWithGooseDefaultTable(t, db, lastVersion(t))
 
 	st := requireAllState(t, db, goose.StateApplied)
 	assert.False(t, st[0].AppliedAt.IsZero(), "the time goose_db_version recorded")
 
 	var logs logBuf
-	require.NoError(t, migrations.Up(ctx, db, migrations.WithLogger(&logs)))
-	assert.Equal(t, []int64{1, 2}, recorded(t, db))
-	assert.Contains(t, logs.String(), "goose_db_version records versions 1, 2")
+	require.NoError(t, migrations.Up(ctx, db, migrations.WithLogger(logs.logger(slog.LevelInfo))))
+	assert.Equal(t, allVersions(t), recorded(t, db))
+	assert.Contains(t, logs.String(), "goose_db_version records versions "+versionList(allVersions(t)))
 	assert.Contains(t, logs.String(), "recorded them in fencelock_db_version")
 	requireAllState(t, db, goose.StateApplied)
 
-	logs = logBuf{}
-	require.NoError(t, migrations.Up(ctx, db, migrations.WithLogger(&logs)), "Up again")
+	logs.buf.Reset()
+	require.NoError(t, migrations.Up(ctx, db, migrations.WithLogger(logs.logger(slog.LevelInfo))), "Up again")
 	assert.Empty(t, logs.String(), "adopted once")
-	assert.Equal(t, []int64{1, 2}, recorded(t, db))
+	assert.Equal(t, allVersions(t), recorded(t, db))
 	var n int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM goose_db_version WHERE version_id > 0`).Scan(&n))
-	assert.Equal(t, 2, n, "goose_db_version untouched")
+	assert.Equal(t, len(allVersions(t)), n, "goose_db_version untouched")
 
 	var prev int64
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT fencelock.claim('r', 5, 'a')`).Scan(&prev))
@@ -99,7 +104,8 @@ func TestUpAdoptsSchemaInstalledWithGooseDefaultTable(t *testing.T) {
 	assert.Empty(t, recorded(t, db))
 }
 
-// Installed only up to 00001 by the CLI: Up adopts version 1 and applies 2.
+// Installed only up to 00001 by the CLI: Up adopts version 1 and applies
+// the rest.
 func TestUpAdoptsPartialSchema(t *testing.T) {
 	db := openDB(t, testenv.NewDB(t).URL)
 	ctx := ctxT(t)
@@ -107,41 +113,91 @@ func TestUpAdoptsPartialSchema(t *testing.T) {
 	st, err := migrations.Status(ctx, db)
 	require.NoError(t, err)
 	assert.Equal(t, goose.StateApplied, st[0].State)
-	assert.Equal(t, goose.StatePending, st[1].State)
+	for _, s := range st[1:] {
+		assert.Equal(t, goose.StatePending, s.State, s.Source.Path)
+	}
 
 	var logs logBuf
-	require.NoError(t, migrations.Up(ctx, db, migrations.WithLogger(&logs)))
+	require.NoError(t, migrations.Up(ctx, db, migrations.WithLogger(logs.logger(slog.LevelInfo))))
 	assert.Contains(t, logs.String(), "matches migrations 1 to 1")
-	assert.Equal(t, []int64{1, 2}, recorded(t, db))
+	assert.Equal(t, allVersions(t), recorded(t, db))
 	assert.Equal(t, wantFunctions, functionNames(t, db))
 }
 
-// A schema that is not what the migrations create is one error, with what
-// differs and a fix that works as written.
-func TestUpRefusesSchemaThatDiffers(t *testing.T) {
+// A schema that says it implements a version these migrations do not have
+// (a newer fencelock installed it), and one without schema_version() at
+// all (made by hand, or by an older fencelock), are one error each, with
+// the reason and a fix that works as written.
+func TestUpRefusesSchemaItCannotAdopt(t *testing.T) {
+	for name, c := range map[string]struct{ change, want string }{
+		"newer": {`CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sql AS $$ SELECT 99::bigint $$`,
+			"schema_version() says it implements version 99"},
+		"no version": {`DROP FUNCTION fencelock.schema_version()`, "it has no function fencelock.schema_version()"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := openDB(t, testenv.NewDB(t).URL)
+			ctx := ctxT(t)
+			installWithGooseDefaultTable(t, db, lastVersion(t))
+			_, err := db.ExecContext(ctx, c.change)
+			require.NoError(t, err)
+
+			_, err = migrations.Status(ctx, db)
+			require.ErrorIs(t, err, migrations.ErrUnrecorded)
+			err = migrations.Up(ctx, db)
+			require.ErrorIs(t, err, migrations.ErrUnrecorded)
+			msg := err.Error()
+			assert.NotContains(t, msg, "\n")
+			assert.Contains(t, msg, c.want)
+			assert.Empty(t, recorded(t, db), "nothing recorded")
+
+			// The fix, as written in the message.
+			fix := regexp.MustCompile(`drop it \(([^;]+);`).FindStringSubmatch(msg)
+			require.Len(t, fix, 2, msg)
+			_, err = db.ExecContext(ctx, fix[1])
+			require.NoError(t, err, fix[1])
+			require.NoError(t, migrations.Up(ctx, db))
+			assert.Equal(t, allVersions(t), recorded(t, db))
+			assert.Equal(t, wantFunctions, functionNames(t, db))
+		})
+	}
+}
+
+// Every migration redefines fencelock.schema_version() to return its own
+// version, and its Down restores the one before: what adoption relies on.
+func TestSchemaVersionPerMigration(t *testing.T) {
 	db := openDB(t, testenv.NewDB(t).URL)
 	ctx := ctxT(t)
-	installWithGooseDefaultTable(t, db, 2)
-	_, err := db.ExecContext(ctx, `CREATE OR REPLACE FUNCTION fencelock.prune(p_older_than interval) RETURNS bigint LANGUAGE sql AS $$ SELECT 0::bigint $$`)
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithTableName(migrations.VersionTable))
 	require.NoError(t, err)
+	version := func() (v int64) {
+		t.Helper()
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT fencelock.schema_version()`).Scan(&v))
+		return v
+	}
+	versions := allVersions(t)
+	for _, v := range versions {
+		_, err := p.UpByOne(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, v, version(), "after Up to %d", v)
+	}
+	for i := len(versions) - 1; i > 0; i-- {
+		_, err := p.Down(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, versions[i-1], version(), "after Down from %d", versions[i])
+	}
+}
 
-	_, err = migrations.Status(ctx, db)
-	require.ErrorIs(t, err, migrations.ErrUnrecorded)
-	err = migrations.Up(ctx, db)
-	require.ErrorIs(t, err, migrations.ErrUnrecorded)
-	msg := err.Error()
-	assert.NotContains(t, msg, "\n")
-	assert.Contains(t, msg, "function fencelock.prune differs")
-	assert.Empty(t, recorded(t, db), "nothing recorded")
-
-	// The fix, as written in the message.
-	fix := regexp.MustCompile(`drop it \(([^;]+);`).FindStringSubmatch(msg)
-	require.Len(t, fix, 2, msg)
-	_, err = db.ExecContext(ctx, fix[1])
-	require.NoError(t, err, fix[1])
-	require.NoError(t, migrations.Up(ctx, db))
-	assert.Equal(t, []int64{1, 2}, recorded(t, db))
-	assert.Equal(t, wantFunctions, functionNames(t, db))
+// goose's own messages reach WithLogger's logger at Debug, so an Info
+// logger sees only what Up itself says.
+func TestLoggerGooseAtDebug(t *testing.T) {
+	db := openDB(t, testenv.NewDB(t).URL)
+	ctx := ctxT(t)
+	var info, debug logBuf
+	require.NoError(t, migrations.Up(ctx, db, migrations.WithLogger(info.logger(slog.LevelInfo))))
+	assert.Empty(t, info.String())
+	require.NoError(t, migrations.Down(ctx, db, migrations.WithLogger(debug.logger(slog.LevelDebug))))
+	assert.Regexp(t, `level=DEBUG msg="migration completed" logger=goose direction=down .*source=00001_tables.sql`, debug.String())
+	assert.NotContains(t, debug.String(), "level=INFO")
 }
 
 // An empty schema named fencelock (made by hand) is not adopted either.

@@ -9,20 +9,25 @@
 //	goose -dir migrations -table fencelock_db_version postgres "$DATABASE_URL" up
 //
 // goose records fencelock's versions in its own table, [VersionTable], so
-// they never mix with the application's goose migrations. A schema
-// installed without -table (recorded in goose_db_version) is reported
-// installed by [Status] and adopted by [Up] when it is exactly what the
-// migrations create; otherwise both return [ErrUnrecorded] with the
-// difference and the fix. [Down] refuses while tables protected by
-// pgfence's Protect still have their trigger ([ProtectedError]) unless
-// given [Force].
+// they never mix with the application's goose migrations. The schema says
+// which migration it implements: fencelock.schema_version(), redefined by
+// every migration and restored by its Down. A schema installed without
+// -table (recorded in goose_db_version) is therefore reported installed
+// by [Status] and adopted by [Up] when its version is one of these
+// migrations; otherwise both return [ErrUnrecorded] with the reason and
+// the fix. [Down] refuses while tables protected by pgfence's Protect
+// still have their trigger ([ProtectedError]) unless given [Force].
+//
+// Messages go to a *slog.Logger ([WithLogger], slog.Default() otherwise):
+// an adoption at Info, goose's own messages at Debug.
 //
 // # Schema
 //
 // Everything lives in the Postgres schema "fencelock": 00001 creates the
 // tables (fence: newest token per resource; applied: idempotency keys;
-// runs: resumable runs), 00002 the functions (CREATE OR REPLACE). Every
-// table and function carries a COMMENT (\d+ and \df+ in psql).
+// runs: resumable runs) and schema_version, 00002 the functions (CREATE
+// OR REPLACE). Every table and function carries a COMMENT (\d+ and \df+
+// in psql).
 //
 // The functions that callers use are SECURITY DEFINER with a pinned
 // search_path and are not executable by PUBLIC, so an application role
@@ -57,6 +62,8 @@
 //     claims).
 //   - fencelock.run_state(resource, run_key) → TABLE(cursor text, finished boolean):
 //     where a resumable run stands; no row before its first step.
+//   - fencelock.schema_version() → bigint: the migration version the
+//     schema implements.
 //   - fencelock.prune(older_than interval) → bigint: deletes applied keys
 //     and finished runs older than older_than; returns the rows deleted.
 //

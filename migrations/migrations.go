@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -41,8 +42,8 @@ func newLocker() (lock.SessionLocker, error) {
 // newProvider builds a goose provider (never Closed: that would close the
 // caller's db) over the embedded files with
 // Postgres's session-level advisory lock, so that two processes migrating
-// at once take turns instead of colliding.
-func newProvider(db *sql.DB) (*goose.Provider, error) {
+// at once take turns instead of colliding. goose logs to logger at Debug.
+func newProvider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
 	if db == nil {
 		return nil, ErrNilDB
 	}
@@ -56,6 +57,8 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 		// Only the embedded files: Go migrations registered globally by the
 		// application must not run here.
 		goose.WithDisableGlobalRegistry(true),
+		goose.WithVerbose(true),
+		goose.WithSlog(slog.New(debugHandler{logger.Handler()})),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
@@ -71,7 +74,7 @@ func setup(db *sql.DB, op string, opts []Option) (*goose.Provider, *config, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := newProvider(db)
+	p, err := newProvider(db, cfg.logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -84,10 +87,13 @@ func setup(db *sql.DB, op string, opts []Option) (*goose.Provider, *config, erro
 //
 // A fencelock schema that exists without a record in VersionTable (the
 // goose CLI run without -table fencelock_db_version records it in
-// goose_db_version instead) is adopted when its tables and functions are
-// exactly what migrations 1..k create: Up records those versions, logs
-// that it did (see WithLogger), and applies the rest. Any other unrecorded
-// schema is ErrUnrecorded, with the difference and the fix.
+// goose_db_version instead) is adopted when it implements one of these
+// migrations: every migration redefines fencelock.schema_version() to
+// return its version (its Down restores the previous one), so a schema
+// that says k is what migrations 1..k create. Up records those versions,
+// logs that it did (see WithLogger), and applies the rest. A schema without
+// that function, or with a version these migrations do not have, is
+// ErrUnrecorded, with the fix.
 func Up(ctx context.Context, db *sql.DB, opts ...Option) error {
 	p, cfg, err := setup(db, "up", opts)
 	if err != nil {
@@ -159,16 +165,11 @@ func Status(ctx context.Context, db *sql.DB, opts ...Option) ([]*goose.Migration
 		return nil, u.err()
 	}
 	if u != nil {
-		adopted := map[int64]bool{}
-		for _, v := range u.adopt {
-			adopted[v] = true
-		}
 		var st []*goose.MigrationStatus
 		for _, src := range p.ListSources() {
 			s := &goose.MigrationStatus{Source: src, State: goose.StatePending}
-			if adopted[src.Version] {
-				s.State = goose.StateApplied
-				s.AppliedAt = u.legacy[src.Version]
+			if src.Version <= u.version {
+				s.State, s.AppliedAt = goose.StateApplied, u.legacy[src.Version]
 			}
 			st = append(st, s)
 		}

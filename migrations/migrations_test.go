@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"io/fs"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,7 +51,33 @@ func objects(t *testing.T, db *sql.DB) (tables, functions, triggers int) {
 }
 
 var wantFunctions = []string{"advance", "apply_key", "check_args", "check_token", "claim", "close", "close_full", "open", "open_full", "precheck", "protect_guard",
-	"prune", "raise_applied", "raise_finished", "raise_invalid", "raise_stale", "run_state"}
+	"prune", "raise_applied", "raise_finished", "raise_invalid", "raise_stale", "run_state", "schema_version"}
+
+// allVersions are the versions of the embedded migrations, in order.
+func allVersions(t *testing.T) []int64 {
+	t.Helper()
+	files, err := fs.Glob(migrations.FS(), "*.sql")
+	require.NoError(t, err)
+	var vs []int64
+	for _, f := range files {
+		v, err := goose.NumericComponent(f)
+		require.NoError(t, err, f)
+		vs = append(vs, v)
+	}
+	require.NotEmpty(t, vs)
+	return vs
+}
+
+func lastVersion(t *testing.T) int64 { vs := allVersions(t); return vs[len(vs)-1] }
+
+// versionList is vs as Up's messages write it: "1, 2".
+func versionList(vs []int64) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = strconv.FormatInt(v, 10)
+	}
+	return strings.Join(s, ", ")
+}
 
 func functionNames(t *testing.T, db *sql.DB) []string {
 	t.Helper()
