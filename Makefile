@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: test demo deps vet chaos bench
+.PHONY: test demo deps vet tidy chaos bench
 
 # deps: redis-server and pgbouncer from Debian when missing (root), or a clear stop.
 # Postgres 15 server binaries are expected at /usr/lib/postgresql/15/bin.
@@ -44,22 +44,39 @@ deps:
 	  fi; \
 	fi
 
-vet:
-	$(GO) vet ./...
-	cd bench && $(GO) vet ./...
-	cd examples/sqlx-gorm && $(GO) vet ./...
-	cd otel && $(GO) vet ./...
+# Every module of the repository: each directory that holds a go.mod (the
+# library at the root; bench, chaos, otel, examples/sqlx-gorm, ...).
+MODULES := $(sort $(patsubst ./%,%,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path '*/testdata/*'))))
 
-# The one test command: vet, then every package under the race detector,
-# including the short versions of the chaos suite (chaos/) and of the
-# benchmark harness (bench/, its own module: every scenario at toy sizes),
-# and the OpenTelemetry module (otel/, its own module, with the Prometheus
-# example and its scripted late writer).
-test: deps vet
-	$(GO) test -race -count=1 -timeout 9m ./...
-	cd bench && $(GO) test -race -count=1 -timeout 5m ./...
-	cd examples/sqlx-gorm && $(GO) test -race -count=1 -timeout 5m ./...
-	cd otel && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
+vet:
+	@set -e; for m in $(MODULES); do echo "go vet ./... ($$m)"; (cd $$m && $(GO) vet ./...); done
+	$(GO) vet .ci/installcheck.go
+
+# tidy: go mod tidy -diff in every module; a module whose go.mod or go.sum
+# differs from what go mod tidy writes fails the build, with the fix.
+tidy:
+	@fail=0; for m in $(MODULES); do \
+	  echo "go mod tidy -diff ($$m)"; \
+	  if ! out=$$(cd $$m && $(GO) mod tidy -diff 2>&1); then \
+	    echo "$$out" | grep -v '^go: downloading' >&2; \
+	    echo "make: module $$m is not tidy ($$m/go.mod, $$m/go.sum): run (cd $$m && go mod tidy) and commit the result" >&2; \
+	    fail=1; \
+	  fi; \
+	done; exit $$fail
+
+# The one test command: vet and tidiness of every module; fencectl run
+# from an empty module (.ci/installcheck.go); then every package of every
+# module under the race detector: the library, the short chaos suite
+# (chaos/: every fault kind once on each topology), the benchmark harness
+# at toy sizes (bench/), the OpenTelemetry module (otel/, with the
+# Prometheus example and its scripted late writer) and the sqlx/gorm
+# example.
+test: deps vet tidy
+	$(GO) run .ci/installcheck.go
+	@set -e; for m in $(MODULES); do \
+	  echo "go test -race ./... ($$m)"; \
+	  (cd $$m && $(GO) test -race -count=1 -timeout 9m ./...); \
+	done
 
 demo: deps
 	$(GO) run ./examples/inventory-sync
@@ -79,4 +96,4 @@ bench: deps
 # changes its length (CLUSTER_TRIALS=n the cluster part's). The last line
 # is a JSON summary of both runs.
 chaos: deps
-	$(GO) run -race ./chaos/cmd/chaos -trials $(or $(TRIALS),200) $(if $(SEED),-seed $(SEED)) $(if $(CLUSTER_TRIALS),-cluster-trials $(CLUSTER_TRIALS))
+	cd chaos && $(GO) run -race ./cmd/chaos -trials $(or $(TRIALS),200) $(if $(SEED),-seed $(SEED)) $(if $(CLUSTER_TRIALS),-cluster-trials $(CLUSTER_TRIALS))

@@ -48,8 +48,12 @@
 // stop their stale writes, as the design promises; the others pass the
 // *fence.Lock as applications do ([Config.BareLeases]).
 //
-// `make chaos` runs cmd/chaos (a guard-off control, then 200 trials; then
-// on a cluster a guard-off control and 40 trials); `go test ./chaos` runs
-// the short version, every fault kind once on each topology. finding_test.go (build tag chaosfinding) holds
-// deterministic reproductions of what the suite found.
+// The suite is a module of its own (github.com/fencelock/fencelock/chaos,
+// with a replace to the library in the checkout), so that its checker's
+// dependency stays out of the library's go.mod. `make chaos` runs cmd/chaos
+// (a guard-off control, then 200 trials; then on a cluster a guard-off
+// control and 40 trials); `cd chaos && go test ./...`, part of `make test`,
+// runs the short version, every fault kind once on each topology.
+// finding_test.go (build tag chaosfinding) holds deterministic
+// reproductions of what the suite found.
 package chaos

@@ -3,7 +3,7 @@
 // injects faults, then a history checker (direct checks and a
 // linearizability check) on every trial. See package chaos.
 //
-//	go run -race ./chaos/cmd/chaos -trials 200 -seed 42
+//	cd chaos && go run -race ./cmd/chaos -trials 200 -seed 42
 //
 // After the one-Redis run it runs the same suite on a Redis Cluster (3
 // masters with a replica each): a guard-off control of lossy failovers,
