@@ -115,8 +115,8 @@ func TestReleaseByOtherHolderSameID(t *testing.T) {
 	old, err := c.TryAcquire(ctx, "x", fence.WithFixedLease(150*time.Millisecond))
 	require.NoError(t, err)
 	<-old.Done()
-	// Once the server expired it (before, the same holder id would get
-	// the same acquisition back).
+	// Once the server expired it, the same holder id gets a new
+	// acquisition, not the expired one back.
 	require.Eventually(t, func() bool {
 		n, err := r.Client().Exists(ctx, lockKey(r, "x")).Result()
 		return err == nil && n == 0

@@ -73,7 +73,8 @@
 // [AcquireObserver], [WaitObserver], [RenewObserver], [LossObserver] and
 // [ReleaseObserver]; events carry a context with the values of the call
 // they belong to. [WithLogger] logs renewal failures and losses, one line
-// each, with the reason.
+// each, with the reason; warnings about the server's configuration go to
+// slog.Default() without it (see "Server configuration").
 //
 // # Tokens
 //
@@ -91,25 +92,38 @@
 // share the hash tag {<name>}, so they live in one cluster slot):
 //   - <prefix>{<name>}, the lock: a string "<token>:<holder>" (16 digits,
 //     ':', the holder id: 32 hex characters by default), present while the
-//     lock is held, with the lease as its expiry. About 140 bytes with a
-//     short name.
+//     lock is held, with the lease as its expiry;
 //   - <prefix>{<name>}:seq, the token counter: a 16-digit string written
-//     by every acquisition, expiring 30 days after the last one. About 150
-//     bytes per name with a 30-byte name, all overheads of the server's
-//     key and expiry tables included (measured: 100,000 counters took
-//     15 MB on Redis 7.0).
+//     by every acquisition, expiring 30 days after the last one;
 //   - <prefix>{<name>}:ch, the release channel: no memory unless a waiter
 //     subscribes; a channel stays subscribed about a second after its last
 //     waiter left.
 //
-// So a held lock costs about 300 bytes, and every name used in the last 30
-// days about 150 bytes. High-cardinality names (one lock per order, per
-// user) add up: a million names a month keep about 150 MB of counters.
+// So a held lock costs two short keys, and every name used in the last 30
+// days one (its counter): high-cardinality names (one lock per order, per
+// user) add up.
+//
+// # Server configuration
+//
 // Under memory pressure an eviction policy may evict counters (they have
 // an expiry) without breaking the tokens (the clock floor above), but it
-// may also evict held locks, which their holders then lose; a Redis that
-// serves locks should run with maxmemory-policy noeviction (the default)
-// and enough memory.
+// may also evict held locks, which their holders then lose while a
+// competitor acquires at once. A Redis that serves locks should run with
+// maxmemory-policy noeviction (the default) and enough memory.
+//
+// [New] checks this once per client: it reads INFO memory of every master
+// in the background and, when a policy may evict lock keys, logs one
+// warning naming the nodes and the command that fixes them. The check
+// belongs to New rather than only to [Client.Inspect] and fencectl doctor
+// because the operator who left an evicting policy in place is the one who
+// does not run doctor: the warning must reach them without opt-in, so it
+// goes to slog.Default() unless [WithLogger] names another logger. New has
+// no context and must not block on the network, so the check runs in a
+// goroutine of the client, bounded by a few seconds and waited for by
+// [Client.Close]; a server that cannot be read (INFO denied, unreachable
+// at start) is not reported there. [Client.Inspect] reports the policy of
+// the node that holds a given lock ([LockInfo.Eviction]). A Redis user
+// that may not PUBLISH is warned about the same way, once per client.
 //
 // The lock alone keeps workers from duplicating effort while the lease is
 // valid; it cannot stop a paused holder's late write. Fencing tokens checked

@@ -55,7 +55,7 @@ func TestClusterGracefulFailoverWaiter(t *testing.T) {
 // TestSentinelGracefulFailoverWaiter: SENTINEL FAILOVER; go-redis leaves a
 // failover client's pub/sub connection on the demoted master, so the
 // waiter's probe finds it off the master and moves it; the release on the
-// new master then wakes it. Before, the waiter woke only at expiry.
+// new master then wakes it, long before the lock's expiry.
 func TestSentinelGracefulFailoverWaiter(t *testing.T) {
 	t.Parallel() // with the other fault tests on private topologies
 	s := testenv.NewSentinel(t)

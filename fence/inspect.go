@@ -139,3 +139,66 @@ func (c *Client) ForceRelease(ctx context.Context, seen LockInfo) (woken bool, e
 	}
 	return false, fmt.Errorf("%w: force release %q: the lock changed since it was inspected (released, expired or taken again): nothing deleted", ErrNotHeld, seen.Name)
 }
+
+// infoer is a client that can run INFO (every go-redis client; a
+// [RedisClient] wrapper may not).
+type infoer interface {
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}
+
+// Eviction is a server's eviction configuration, as [Client.Inspect]
+// reports it for the node that holds a lock.
+type Eviction struct {
+	Addr      string // the node, when known
+	Policy    string // maxmemory-policy
+	Maxmemory int64  // bytes; 0 means no limit, nothing is evicted
+}
+
+// Evicts reports whether the server may evict lock keys: a memory limit
+// is set and the policy is not noeviction. fence's keys all have an
+// expiry, so volatile-* policies may evict them as well as allkeys-*.
+func (e Eviction) Evicts() bool {
+	return e.Maxmemory > 0 && e.Policy != "" && e.Policy != "noeviction"
+}
+
+// readEviction reads maxmemory and maxmemory-policy with INFO memory,
+// which managed services allow more often than CONFIG GET.
+func readEviction(ctx context.Context, node infoer) (Eviction, error) {
+	s, err := node.Info(ctx, "memory").Result()
+	if err != nil {
+		return Eviction{}, err
+	}
+	var ev Eviction
+	if n, ok := node.(*redis.Client); ok && !isFailoverClient(n) {
+		ev.Addr = n.Options().Addr // a failover client's is a placeholder
+	}
+	for line := range strings.Lines(s) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "maxmemory_policy":
+			ev.Policy = v
+		case "maxmemory":
+			ev.Maxmemory, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return ev, nil
+}
+
+// evictionFor reads the eviction configuration of the node that holds key.
+func (c *Client) evictionFor(ctx context.Context, key string) (Eviction, error) {
+	node, _ := c.rdb.(infoer)
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		n, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return Eviction{}, err
+		}
+		node = n
+	}
+	if node == nil {
+		return Eviction{}, errors.New("fence: the Redis client cannot run INFO")
+	}
+	return readEviction(ctx, node)
+}

@@ -74,7 +74,7 @@ type config struct {
 	waitLimitErr   error // the wait context's cause, made once per config
 	replicas       int
 	replicaTimeout time.Duration
-	logger         *slog.Logger // discards unless WithLogger
+	logger         *slog.Logger // discards unless WithLogger (configuration warnings: see configLogger)
 	logSet         bool         // WithLogger given: losses and renewal failures are logged
 	observers      []Observer
 	holder         string
@@ -220,7 +220,10 @@ func WithReplicaSync(replicas int, timeout time.Duration) Option {
 }
 
 // WithLogger logs renewal failures and losses to l, one line each, with
-// the reason of a loss (default: no logging). It is an observer like
+// the reason of a loss (default: not logged; the lock's context says it),
+// and sends the client's warnings about the server's configuration (an
+// eviction policy that can lose locks, a user that may not PUBLISH) to l
+// instead of slog.Default(). The loss lines come from an observer like
 // those of [WithObserver].
 func WithLogger(l *slog.Logger) ClientOption {
 	return clientOnly(func(c *config) error {

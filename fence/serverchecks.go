@@ -1,10 +1,10 @@
 package fence
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"log/slog"
-	"strconv"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -25,15 +25,10 @@ import (
 // Eviction: with maxmemory set and any policy but noeviction, Redis may
 // evict a lock key (every fence key has an expiry, so the volatile-*
 // policies pick among them too): a competitor then acquires at once and
-// the holder learns it at its next renewal. New checks the policy of every
-// master once, in the background, and warns; [Client.Inspect] reports it.
-
-// Release outcomes returned by release.lua.
-const (
-	releaseNotOurs     = 0
-	releaseOK          = 1
-	releaseUnpublished = 2 // deleted; the release message was refused
-)
+// the holder learns it at its next renewal. The check runs once per
+// client, in the background from New (see "Server configuration" in the
+// package documentation for why there), and warns on the configuration
+// logger; [Client.Inspect] reports the node of one lock.
 
 // serverChecks holds a client's once-only checks of the server.
 type serverChecks struct {
@@ -41,25 +36,28 @@ type serverChecks struct {
 	done          chan struct{} // closed when the background check ended
 }
 
-// releaseOutcome turns release.lua's reply for l into Release's error.
-// When no message was published, this client's head waiter is woken
-// locally: it may be waiting for this lock's release message alone.
-func (c *Client) releaseOutcome(l *Lock, n int64) error {
-	switch n {
-	case releaseOK:
-		return nil
-	case releaseUnpublished:
-		c.waiter.wakeChannel(l.keys.channel)
-		c.checks.publishWarned.Do(func() {
-			c.cfg.logger.Warn("fence: the Redis user may not PUBLISH/SPUBLISH: locks are released, "+
-				"but waiters in other processes wake only at the lock's expiry; grant +publish and +spublish",
-				slog.String("name", l.name))
-		})
-		return nil
-	default:
-		c.waiter.wakeChannel(l.keys.channel)
-		return notHeld(l.name)
+// configLogger is where warnings about the server's configuration go: the
+// WithLogger logger, else slog.Default() as it is when the warning is
+// logged (an application that sets its default logger after New still
+// gets them). These warnings are once per client, so they cannot flood a
+// log, and they name a setting that can lose locks: they must reach the
+// operator without opt-in.
+func (c *Client) configLogger() *slog.Logger {
+	if c.cfg.logSet {
+		return c.cfg.logger
 	}
+	return slog.Default()
+}
+
+// warnPublishRefused is logged once per client when release.lua reports
+// that PUBLISH/SPUBLISH was refused.
+func (c *Client) warnPublishRefused(name string) {
+	c.checks.publishWarned.Do(func() {
+		c.configLogger().Warn("fence: the Redis user may not PUBLISH/SPUBLISH: locks are released, "+
+			"but waiters in other processes wake only at the lock's expiry; grant them with "+
+			"ACL SETUSER <user> +publish +spublish",
+			slog.String("name", name))
+	})
 }
 
 // startServerChecks runs the one-time configuration checks in the
@@ -87,90 +85,58 @@ func (c *Client) waitServerChecks() {
 // checkTimeout bounds the background configuration check.
 const checkTimeout = 5 * time.Second
 
-// checkEviction warns for every master whose maxmemory-policy may evict
-// lock keys.
+// checkEviction reads the eviction configuration of every master and
+// warns once, naming every master that may evict lock keys.
 func (c *Client) checkEviction(ctx context.Context) {
+	var (
+		mu      sync.Mutex
+		evicts  []Eviction
+		unknown error
+	)
 	check := func(ctx context.Context, node infoer) error {
 		ev, err := readEviction(ctx, node)
-		if err != nil {
-			c.cfg.logger.Debug("fence: cannot read maxmemory-policy (INFO memory)", slog.Any("err", err))
-			return nil
-		}
-		if ev.Evicts() {
-			c.cfg.logger.Warn("fence: Redis may evict lock keys: a competitor could then acquire a held lock at once, "+
-				"and its holder learns it only at the next renewal; set maxmemory-policy noeviction on the servers that hold locks",
-				slog.String("node", ev.Addr), slog.String("maxmemory-policy", ev.Policy), slog.Int64("maxmemory", ev.Maxmemory))
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			unknown = err
+		case ev.Evicts():
+			evicts = append(evicts, ev)
 		}
 		return nil
 	}
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
 		_ = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return check(ctx, node) })
-		return
-	}
-	if node, ok := c.rdb.(infoer); ok {
+	} else if node, ok := c.rdb.(infoer); ok {
 		_ = check(ctx, node)
 	}
+	if unknown != nil {
+		// INFO denied or the server unreachable at start: nothing to say
+		// to the operator yet (Inspect and fencectl doctor report it).
+		c.cfg.logger.Debug("fence: cannot read maxmemory-policy (INFO memory)", slog.Any("err", unknown))
+	}
+	if len(evicts) == 0 {
+		return
+	}
+	nodes := make([]string, len(evicts))
+	fixes := make([]string, len(evicts))
+	for i, ev := range evicts {
+		nodes[i] = cmp.Or(ev.Addr, "the master") + " (" + ev.Policy + ")"
+		fixes[i] = "redis-cli" + hostPortArgs(ev.Addr) + " CONFIG SET maxmemory-policy noeviction"
+	}
+	c.configLogger().Warn("fence: Redis may evict lock keys: a competitor could then acquire a held lock at once, "+
+		"and its holder learns it only at its next renewal; set maxmemory-policy noeviction (and in redis.conf) "+
+		"on every server that holds locks",
+		slog.String("nodes", strings.Join(nodes, ", ")), slog.Int64("maxmemory", evicts[0].Maxmemory),
+		slog.String("fix", strings.Join(fixes, "; ")))
 }
 
-// infoer is a client that can run INFO (every go-redis client; a
-// [RedisClient] wrapper may not).
-type infoer interface {
-	Info(ctx context.Context, section ...string) *redis.StringCmd
-}
-
-// Eviction is a server's eviction configuration, as [Client.Inspect]
-// reports it for the node that holds a lock.
-type Eviction struct {
-	Addr      string // the node, when known
-	Policy    string // maxmemory-policy
-	Maxmemory int64  // bytes; 0 means no limit, nothing is evicted
-}
-
-// Evicts reports whether the server may evict lock keys: a memory limit
-// is set and the policy is not noeviction. fence's keys all have an
-// expiry, so volatile-* policies may evict them as well as allkeys-*.
-func (e Eviction) Evicts() bool {
-	return e.Maxmemory > 0 && e.Policy != "" && e.Policy != "noeviction"
-}
-
-// readEviction reads maxmemory and maxmemory-policy with INFO memory,
-// which managed services allow more often than CONFIG GET.
-func readEviction(ctx context.Context, node infoer) (Eviction, error) {
-	s, err := node.Info(ctx, "memory").Result()
+// hostPortArgs is " -h HOST -p PORT" for redis-cli, or "" when addr is
+// unknown.
+func hostPortArgs(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return Eviction{}, err
+		return ""
 	}
-	var ev Eviction
-	if n, ok := node.(*redis.Client); ok {
-		ev.Addr = n.Options().Addr
-	}
-	for line := range strings.Lines(s) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "maxmemory_policy":
-			ev.Policy = v
-		case "maxmemory":
-			ev.Maxmemory, _ = strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return ev, nil
-}
-
-// evictionFor reads the eviction configuration of the node that holds key.
-func (c *Client) evictionFor(ctx context.Context, key string) (Eviction, error) {
-	node, _ := c.rdb.(infoer)
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		n, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			return Eviction{}, err
-		}
-		node = n
-	}
-	if node == nil {
-		return Eviction{}, errors.New("fence: the Redis client cannot run INFO")
-	}
-	return readEviction(ctx, node)
+	return " -h " + host + " -p " + port
 }

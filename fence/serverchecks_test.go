@@ -50,9 +50,8 @@ func flushScripts(t *testing.T, cc *redis.ClusterClient) {
 
 // TestClusterUserWithoutScript: a user restricted with +@all -script may
 // run EVAL and EVALSHA but not SCRIPT LOAD. Its locks are renewed across
-// script-cache losses (EVAL reloads the script). Before, every renewal
-// failed with NOSCRIPT after a failed SCRIPT LOAD, and every lock was
-// lost after one lease.
+// script-cache losses (EVAL reloads the script): no renewal depends on
+// SCRIPT LOAD, so no lock is lost to NOSCRIPT.
 func TestClusterUserWithoutScript(t *testing.T) {
 	cl := testenv.SharedRedisCluster(t)
 	admin := cl.Client()
@@ -88,8 +87,8 @@ func TestClusterUserWithoutScript(t *testing.T) {
 
 // TestClusterUserWithoutPublish: a user that may not (S)PUBLISH releases
 // its locks (the key is deleted, Release reports success) and fence warns
-// once that waiters elsewhere wake at expiry. Before, Release returned the
-// NOPERM error of the script although the key was gone.
+// once that waiters elsewhere wake at expiry: Release does not report
+// the refused notification as a failed release.
 func TestClusterUserWithoutPublish(t *testing.T) {
 	cl := testenv.SharedRedisCluster(t)
 	admin := cl.Client()
@@ -192,4 +191,52 @@ func TestEvictedLockIsLostAtNextRenewal(t *testing.T) {
 		t.Fatal("holder not told within 10 s of the eviction (lease 1.5 s)")
 	}
 	assert.ErrorIs(t, l.Err(), fence.ErrLockLost)
+}
+
+// TestEvictionWarningWithoutLogger: a Redis whose maxmemory with a
+// volatile policy can evict lock keys is reported without opt-in: on
+// slog.Default() when no WithLogger was given, once per client however
+// many locks it takes, naming the node and a redis-cli command that fixes
+// it. With WithLogger the warning goes there instead, and not to the
+// default logger.
+func TestEvictionWarningWithoutLogger(t *testing.T) {
+	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--maxmemory", "1gb", "--maxmemory-policy", "volatile-lru"))
+	ctx := ctxT(t, 30*time.Second)
+	var deflogs syncBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&deflogs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	// Other tests' clients may log to the default logger meanwhile: count
+	// only this server's lines.
+	warnings := func(b *syncBuffer) []string {
+		var out []string
+		for line := range strings.Lines(b.String()) {
+			if strings.Contains(line, "may evict lock keys") && strings.Contains(line, r.Addr) {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+
+	c := newClient(t, r, nil)
+	require.Eventually(t, func() bool { return len(warnings(&deflogs)) > 0 }, 10*time.Second, 10*time.Millisecond,
+		"no eviction warning on slog.Default()")
+	for range 3 {
+		l, err := c.Acquire(ctx, "ev")
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	require.NoError(t, c.Close(ctx))
+	w := warnings(&deflogs)
+	require.Len(t, w, 1, "once per client")
+	assert.Contains(t, w[0], "volatile-lru")
+	_, port, _ := strings.Cut(r.Addr, ":")
+	assert.Contains(t, w[0], "redis-cli -h 127.0.0.1 -p "+port+" CONFIG SET maxmemory-policy noeviction")
+
+	var own syncBuffer
+	c2 := newClient(t, r, nil, fence.WithLogger(slog.New(slog.NewTextHandler(&own, nil))))
+	require.Eventually(t, func() bool { return len(warnings(&own)) == 1 }, 10*time.Second, 10*time.Millisecond,
+		"no eviction warning on the WithLogger logger")
+	require.NoError(t, c2.Close(ctx))
+	assert.Len(t, warnings(&deflogs), 1, "a client with WithLogger does not warn on slog.Default()")
 }
