@@ -109,6 +109,10 @@ func StartPostgres() (*Postgres, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("testenv: initdb failed: %v\n%s", err, out)
 	}
+	if err := requirePasswords(data); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		port, err := freePort()
