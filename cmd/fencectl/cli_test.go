@@ -201,10 +201,17 @@ func TestRedact(t *testing.T) {
 	assert.Contains(t, secrets, "pw2")
 	var b strings.Builder
 	s := newScrubber(&b, secrets)
-	_, _ = s.Write([]byte("error: p"))
-	_, _ = s.Write([]byte("@ss and pw2\nlast p%40ss"))
+	_, _ = s.Write([]byte("error: postgres://u:p"))
+	_, _ = s.Write([]byte("@ss@h/db and redis://:pw2@h\nlast postgres://u:p%40ss@h/db"))
 	s.Flush()
-	assert.Equal(t, "error: xxxxx and xxxxx\nlast xxxxx", b.String(), "a secret split across writes is still caught")
+	assert.Equal(t, "error: postgres://u:xxxxx@h/db and redis://:xxxxx@h\nlast postgres://u:xxxxx@h/db", b.String(),
+		"a password split across writes is still caught, an unescaped @ in it too")
+
+	// Only inside addresses: the server's words stay as they are.
+	b.Reset()
+	s = newScrubber(&b, collectSecrets([]string{"redis://app:WRONG@h:1", "host=h password=pw2"}))
+	_, _ = s.Write([]byte("Redis at redis://app:WRONG@h:1 refused: WRONGPASS invalid username-password pair; pw2 at host=h password=pw2 user=u\n"))
+	assert.Equal(t, "Redis at redis://app:xxxxx@h:1 refused: WRONGPASS invalid username-password pair; pw2 at host=h password=xxxxx user=u\n", b.String())
 }
 
 // A server that accepts connections but never answers (SIGSTOPped) is one
@@ -216,5 +223,5 @@ func TestStalledServerIsOneLine(t *testing.T) {
 	code, out, errOut := fencectlProc(t, nil, "locks", "inspect", "x", "--redis", r.Addr, "--timeout", "1s")
 	assert.Equal(t, exitFailed, code)
 	assert.Empty(t, out)
-	assert.Equal(t, "fencectl: Redis at "+r.Addr+" is not reachable: no answer within the timeout (--timeout)\n", errOut)
+	assert.Equal(t, "fencectl: Redis at "+r.Addr+" did not answer within 1s (--timeout); fix: check that redis-server at that address runs and is not stopped or overloaded, and that this host may reach it; or raise --timeout\n", errOut)
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
 )
@@ -27,36 +30,83 @@ func newLocks(t *testing.T, r *testenv.Redis, opts ...fence.ClientOption) *fence
 	return locks
 }
 
+// migrationFiles are the names of the embedded migrations, in order.
+func migrationFiles(t *testing.T) []string {
+	t.Helper()
+	names, err := fs.Glob(migrations.FS(), "*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, names)
+	return names
+}
+
+// up says which migrations it applied, then that none was pending; status
+// lists them; down says what it drops and drops it only with --force and a
+// yes.
 func TestMigrateUpDownStatus(t *testing.T) {
+	ctx := ctxT(t)
 	db := testenv.NewDB(t)
+	files := migrationFiles(t)
 	code, out, errOut := fencectl(t, "migrate", "status", "--db", db.URL)
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "pending")
 
 	code, _, errOut = fencectl(t, "tokens", "show", "--db", db.URL)
 	assert.Equal(t, exitFailed, code)
-	assert.Contains(t, errOut, "fencectl migrate up", "a missing schema says how to install it")
+	assert.Contains(t, errOut, "fencectl migrate up --db "+shellQuote(db.URL), "a missing schema says how to install it")
 	assert.Contains(t, errOut, "-table fencelock_db_version", "and the goose command with its table")
 
 	code, out, errOut = fencectl(t, "migrate", "up", "--db", db.URL)
 	require.Equal(t, exitOK, code, errOut)
-	assert.Contains(t, out, "up to date")
+	where := `database "` + db.Name + `" at ` + db.URL
+	assert.Equal(t, "applied "+strings.Join(files, ", ")+" to "+where+": the fencelock schema is at "+files[len(files)-1]+"\n", out)
+	code, out, errOut = fencectl(t, "migrate", "up", "--db", db.URL)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, fmt.Sprintf("nothing to apply: the fencelock schema in %s is at %s (all %d migrations applied)\n", where, files[len(files)-1], len(files)), out)
+
 	code, out, _ = fencectl(t, "migrate", "status", "--db", db.URL, "-o", "json")
 	require.Equal(t, exitOK, code)
 	var st []migrationJSON
 	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
-	require.NotEmpty(t, st)
+	require.Len(t, st, len(files))
 	for _, s := range st {
 		assert.Equal(t, "applied", s.State, s.File)
 		assert.NotEmpty(t, s.AppliedAt)
 	}
 
+	_, err := db.Pool.Exec(ctx, `
+INSERT INTO fencelock.fence (resource, token, holder) VALUES ('a', 5, 'h'), ('b', 7, 'h');
+INSERT INTO fencelock.applied (resource, key, token) VALUES ('a', 'k1', 5);
+INSERT INTO fencelock.runs (resource, run_key, token, cursor, finished, finished_at) VALUES ('a', 'r1', 5, 'c', false, NULL), ('b', 'r2', 7, 'c', true, now())`)
+	require.NoError(t, err)
+	schemaExists := func() bool {
+		var ok bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'fencelock')`).Scan(&ok))
+		return ok
+	}
+
 	code, _, errOut = fencectl(t, "migrate", "down", "--db", db.URL)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "add --force")
+	require.True(t, schemaExists())
+
+	code, out, errOut = fencectlIn(t, "n\n", "migrate", "down", "--force", "--db", db.URL)
+	assert.Equal(t, exitAborted, code, out+errOut)
+	assert.Contains(t, out, "This drops schema fencelock from "+where+": ")
+	assert.Contains(t, out, "the tokens of 2 fenced resources (fencelock.fence)")
+	assert.Contains(t, out, "1 applied idempotency keys (fencelock.applied)")
+	assert.Contains(t, out, "2 runs, 1 of them open (fencelock.runs)")
+	assert.Contains(t, out, "Drop it? [y/N]")
+	assert.Contains(t, errOut, "nothing was changed")
+	require.True(t, schemaExists(), "no: nothing is dropped")
+
+	code, out, errOut = fencectlIn(t, "y\n", "migrate", "down", "--force", "--db", db.URL)
+	require.Equal(t, exitOK, code, out+errOut)
+	assert.Contains(t, out, "dropped schema fencelock from "+where)
+	assert.False(t, schemaExists(), "migrate down removes the schema")
+
+	code, out, errOut = fencectl(t, "migrate", "down", "--force", "--yes", "--db", db.URL)
 	require.Equal(t, exitOK, code, errOut)
-	var n int
-	require.NoError(t, db.Pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM pg_namespace WHERE nspname = 'fencelock'`).Scan(&n))
-	assert.Zero(t, n, "migrate down removes the schema")
+	assert.Equal(t, "nothing to drop: "+where+" has no fencelock schema\n", out)
 }
 
 // locks inspect shows the holder; release --force shows it, asks, and
@@ -250,8 +300,8 @@ func TestTablesNeedGrant(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 }
 
-// migrate down refuses while a table is protected, naming it; --force drops
-// the trigger too.
+// migrate down refuses while a table is protected, naming it; --unprotect
+// drops the trigger too.
 func TestMigrateDownProtected(t *testing.T) {
 	ctx := ctxT(t)
 	db := migratedDB(t)
@@ -261,11 +311,14 @@ func TestMigrateDownProtected(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, store.Protect(ctx, "stock", pgfence.ForResource("stock-sync:eu")))
 
-	code, _, errOut := fencectl(t, "migrate", "down", "--db", db.URL)
+	code, out, errOut := fencectl(t, "migrate", "down", "--force", "--yes", "--db", db.URL)
 	assert.Equal(t, exitFailed, code)
-	assert.Contains(t, errOut, "stock")
-	code, _, errOut = fencectl(t, "migrate", "down", "--force", "--db", db.URL)
+	assert.Contains(t, errOut, "tables public.stock are protected by pgfence's Protect")
+	assert.Contains(t, errOut, "add --unprotect")
+	assert.NotContains(t, out, "dropped")
+	code, out, errOut = fencectl(t, "migrate", "down", "--force", "--yes", "--unprotect", "--db", db.URL)
 	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "the protect triggers on public.stock")
 	var n int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'stock'::regclass AND NOT tgisinternal`).Scan(&n))
 	assert.Zero(t, n, "the protect trigger is gone")

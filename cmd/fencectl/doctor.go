@@ -45,6 +45,17 @@ func (d *doctor) fail(check, evidence, fix string) {
 	d.findings = append(d.findings, finding{Check: check, Verdict: verdictFail, Evidence: evidence, Fix: fix})
 }
 
+// failErr is a failing check for err, a server that could not be used:
+// its cause as the evidence and its fix apart.
+func (d *doctor) failErr(check string, err error) {
+	var se *serverError
+	if errors.As(err, &se) {
+		d.fail(check, se.Cause(), se.Fix())
+		return
+	}
+	d.fail(check, oneLine(err), "")
+}
+
 func (a *app) doctorCmd() *cobra.Command {
 	d := &doctor{a: a}
 	c := &cobra.Command{

@@ -20,12 +20,12 @@ import (
 // finding) when Postgres is unreachable, an error only for a bad command
 // line.
 func (d *doctor) checkPostgres(ctx context.Context) (*dbConn, error) {
-	db, err := openDB(ctx, d.a.db(), d.a.timeout)
+	db, err := openDB(ctx, d.a.dbSrc(), d.a.timeout)
 	if isUsage(err) {
 		return nil, err
 	}
 	if err != nil {
-		d.fail("postgres", oneLine(err), "check the address (--db or $DATABASE_URL), that Postgres runs, and the user's password and pg_hba.conf")
+		d.failErr("postgres", err)
 		return nil, nil
 	}
 	var version, user, dbname string
@@ -78,20 +78,20 @@ func (d *doctor) checkMigrations(ctx context.Context, db *dbConn) {
 	case len(pending) == 0 && recorded < len(applied):
 		d.warn("migrations", fmt.Sprintf("%d of %d applied, but %s records %d of them (installed with the goose CLI without -table?)",
 			len(applied), total, migrations.VersionTable, recorded),
-			"fencectl migrate up --db \"$DATABASE_URL\" (records them; changes nothing else)")
+			"fencectl migrate up --db "+db.src.arg()+" (records them; changes nothing else)"+db.src.maskNote())
 	case len(pending) == 0:
 		d.ok("migrations", fmt.Sprintf("%d of %d applied (latest %s), recorded in %s", len(applied), total, applied[len(applied)-1], migrations.VersionTable))
 	case len(applied) == 0 && schema:
 		// Status adopts a schema that matches the migrations, so this one
 		// does not match them: a goose CLI run would fail on it too.
 		d.fail("migrations", fmt.Sprintf("schema fencelock exists, but it does not match the migrations and %s records none of its %d migrations", migrations.VersionTable, total),
-			"'fencectl migrate up' says what differs; if nothing in schema fencelock is yours, DROP SCHEMA fencelock CASCADE, then fencectl migrate up --db \"$DATABASE_URL\"")
+			"'fencectl migrate up' says what differs; if nothing in schema fencelock is yours, DROP SCHEMA fencelock CASCADE, then fencectl migrate up --db "+db.src.arg()+db.src.maskNote())
 	case len(applied) == 0:
 		d.fail("migrations", fmt.Sprintf("the fencelock schema is not installed (0 of %d migrations applied)", total),
-			"fencectl migrate up --db \"$DATABASE_URL\"")
+			"fencectl migrate up --db "+db.src.arg()+db.src.maskNote())
 	default:
 		d.fail("migrations", fmt.Sprintf("%d of %d applied; pending: %s", len(applied), total, strings.Join(pending, ", ")),
-			"fencectl migrate up --db \"$DATABASE_URL\"")
+			"fencectl migrate up --db "+db.src.arg()+db.src.maskNote())
 	}
 }
 
@@ -234,7 +234,7 @@ func execModeName(m pgx.QueryExecMode) string {
 // checkTokens compares, for every fenced resource, the database's
 // high-water mark with what the next token would be.
 func (d *doctor) checkTokens(ctx context.Context, rc *redisConn, db *dbConn) {
-	states, err := readFences(ctx, db.pool, nil)
+	states, err := readFences(ctx, db, nil)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		switch {
@@ -247,7 +247,7 @@ func (d *doctor) checkTokens(ctx context.Context, rc *redisConn, db *dbConn) {
 		}
 		return
 	}
-	locks, err := rc.locks(d.a.prefix)
+	locks, err := rc.locks()
 	if err != nil {
 		d.fail("tokens", "cannot use Redis for locks: "+oneLine(err), "see the redis checks")
 		return
@@ -276,7 +276,7 @@ func (d *doctor) checkTokens(ctx context.Context, rc *redisConn, db *dbConn) {
 			}
 			d.fail("tokens", fmt.Sprintf("%s: the database's mark %d is ahead of the Redis counter %d and clock %d%s (by %s): every new holder gets a lower token and is rejected (guard.ErrStaleToken)",
 				s.Resource, s.Mark, *s.Counter, s.Clock, node, aheadBy(s.Mark-s.Clock)),
-				"fencectl tokens repair "+s.Resource+" (or --all)")
+				"fencectl tokens repair "+shellQuote(s.Resource)+" "+d.a.redisArgs()+" --db "+db.src.arg()+" (or --all instead of the name)"+maskNotes(d.a.redisSrc(), db.src))
 		}
 	}
 	if bad > 0 {

@@ -17,12 +17,12 @@ import (
 // failing finding) when Redis is unreachable, an error only for a bad
 // command line.
 func (d *doctor) checkRedis(ctx context.Context) (*redisConn, error) {
-	rc, err := openRedis(ctx, d.a.redis(), d.a.sentinelMaster, d.a.timeout)
+	rc, err := openRedis(ctx, d.a.redisSrc(), d.a.sentinelMaster, d.a.prefix, d.a.timeout)
 	if isUsage(err) {
 		return nil, err
 	}
 	if err != nil {
-		d.fail("redis", oneLine(err), "check the address (--redis or $REDIS_URL), that redis-server runs, and that this host may reach it")
+		d.failErr("redis", err)
 		return nil, nil
 	}
 	what := fmt.Sprintf("Redis %s, %s, at %s", orUnknown(rc.version), rc.mode(), rc.display)
@@ -50,7 +50,8 @@ func (d *doctor) checkRedis(ctx context.Context) (*redisConn, error) {
 		if rc.cluster {
 			label = rc.nodeAddr(n)
 			// A master that does not answer gets one line, not one per check.
-			if err := n.Ping(ctx).Err(); err != nil {
+			// HELLO, not PING: every user may run it.
+			if err := n.Do(ctx, "HELLO").Err(); err != nil {
 				d.fail("redis.cluster", nodeLabel(label)+"a master that does not answer: "+oneLine(err),
 					"bring it back, or fail it over to a replica (CLUSTER FAILOVER on the replica)")
 				continue
@@ -64,7 +65,7 @@ func (d *doctor) checkRedis(ctx context.Context) (*redisConn, error) {
 		d.checkEviction(ctx, n, label)
 		d.checkPersistence(ctx, n, label)
 		if !replica {
-			d.checkReplicas(ctx, n, label)
+			d.checkReplicas(ctx, n, label, rc.user)
 		}
 		d.checkClock(ctx, n, label)
 		d.checkACL(ctx, rc, n, label)
@@ -196,7 +197,7 @@ func (d *doctor) checkPersistence(ctx context.Context, n *redis.Client, label st
 	}
 }
 
-func (d *doctor) checkReplicas(ctx context.Context, n *redis.Client, label string) {
+func (d *doctor) checkReplicas(ctx context.Context, n *redis.Client, label, user string) {
 	info, err := n.Info(ctx, "replication").Result()
 	replicas := "unknown"
 	if err == nil {
@@ -205,7 +206,7 @@ func (d *doctor) checkReplicas(ctx context.Context, n *redis.Client, label strin
 	acked, werr := n.Do(ctx, "WAIT", 0, 0).Int()
 	if werr != nil {
 		d.warn("redis.replicas", fmt.Sprintf("%s%s replicas; WAIT is refused (%s): WithReplicaSync cannot be used", nodeLabel(label), replicas, oneLine(werr)),
-			"allow WAIT to the user (ACL SETUSER <user> +wait), or do not use fence.WithReplicaSync")
+			fmt.Sprintf("allow WAIT to the user (ACL SETUSER %s +wait), or do not use fence.WithReplicaSync", user))
 		return
 	}
 	ev := fmt.Sprintf("%s%s replicas, WAIT works (%d acknowledged)", nodeLabel(label), replicas, acked)
@@ -270,12 +271,21 @@ func aclNeeds(prefix string, cluster bool) []aclNeed {
 	return needs
 }
 
-func aclFix(user, prefix string, cluster bool) string {
-	cmds := "+evalsha +eval +get +set +pexpire +pttl +del +time +publish +subscribe"
+// aclCommands are the commands fence uses, as the README's ACL line
+// gives them: INFO for the eviction check, PUBSUB NUMSUB for waiters on a
+// failover client; a cluster adds the sharded pub/sub and CLUSTER SLOTS.
+// fencectl needs nothing more (it opens with HELLO, which every user may
+// run), except SCAN for locks list.
+func aclCommands(cluster bool) string {
+	cmds := "+evalsha +eval +get +set +pexpire +pttl +del +time +publish +subscribe +info +pubsub|numsub"
 	if cluster {
-		cmds = "+evalsha +eval +get +set +pexpire +pttl +del +time +spublish +ssubscribe +cluster|slots"
+		cmds += " +spublish +ssubscribe +cluster|slots"
 	}
-	return fmt.Sprintf("ACL SETUSER %s %s ~%s* &%s* (on every node)", user, cmds, prefix, prefix)
+	return cmds
+}
+
+func aclFix(user, prefix string, cluster bool) string {
+	return fmt.Sprintf("ACL SETUSER %s ~%s* &%s* %s (on every node)", user, prefix, prefix, aclCommands(cluster))
 }
 
 const slowWake = "releases still work, but waiters wake at the lock's expiry instead of at once"
@@ -346,7 +356,8 @@ func (d *doctor) checkACL(ctx context.Context, rc *redisConn, n *redis.Client, l
 		// ACL DRYRUN is refused (not an admin) or missing (Redis 6): try
 		// the commands themselves.
 	}
-	d.probeACL(ctx, rc, user, label)
+	// ACL WHOAMI refused too: the user is the one the address names.
+	d.probeACL(ctx, rc, orDefault(user, rc.user), label)
 }
 
 // probeACL runs harmless versions of what fence sends, as the connected

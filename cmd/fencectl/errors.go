@@ -5,6 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // usageError is a mistake in the command line: exit 2 and a pointer to help.
@@ -23,25 +29,262 @@ var errFailed = errors.New("failed")
 // errAborted is returned when the operator declines a confirmation.
 var errAborted = errors.New("aborted: nothing was changed")
 
-// unreachableError is the one line printed for a server that does not answer.
-type unreachableError struct {
-	what, addr string
-	err        error
+// failKind is the one cause a server failure is reported as.
+type failKind int
+
+const (
+	kindOther       failKind = iota
+	kindNetwork              // no connection: refused, unknown host, reset
+	kindTimeout              // no answer within --timeout
+	kindCredentials          // the server refused the user or password
+	kindPermission           // the user may not run a command or touch a key
+	kindReadOnly             // a replica or standby
+	kindNoDatabase           // Postgres: the database in the address does not exist
+)
+
+// serverError is a server that could not be reached or that refused what
+// fencectl asked, with the one cause and the fix. Error is one line:
+// the cause, then "; fix: " and the fix; doctor prints the two apart.
+type serverError struct {
+	server  string // "Redis", "Redis Cluster", "Postgres", ...
+	src     source // the address and where it came from
+	user    string // the user fencectl logged in as
+	kind    failKind
+	timeout time.Duration
+	// cmd is the command a NOPERM names ("scan", "cluster|slots"); for a
+	// refused key or channel, keys is "~" or "&" and prefix the key prefix.
+	cmd, keys, prefix string
+	err               error
 }
 
-func (e *unreachableError) Error() string {
-	msg := e.err.Error()
-	var ne net.Error
-	if errors.Is(e.err, context.DeadlineExceeded) || (errors.As(e.err, &ne) && ne.Timeout()) {
-		msg = "no answer within the timeout (--timeout)"
+func (e *serverError) Error() string {
+	if fix := e.Fix(); fix != "" {
+		return e.Cause() + "; fix: " + fix
 	}
-	return fmt.Sprintf("%s at %s is not reachable: %s", e.what, e.addr, msg)
+	return e.Cause()
 }
 
-func (e *unreachableError) Unwrap() error { return e.err }
+func (e *serverError) Unwrap() error { return e.err }
 
-// errSchemaMissing says how to install the schema, with the goose CLI's
-// -table too (without it goose records the versions in the application's
-// own table).
-var errSchemaMissing = errors.New("the fencelock schema is not installed in this database: run 'fencectl migrate up'" +
-	" (with the goose CLI: goose -dir migrations -table fencelock_db_version postgres \"$DATABASE_URL\" up)")
+// reply is the error's own text, trimmed of a trailing period (Redis ends
+// some replies with one) so that it reads inside a sentence, and of the
+// advice HELLO's NOAUTH gives to client authors.
+func (e *serverError) reply() string {
+	s, _, _ := strings.Cut(oneLine(e.err), ", otherwise the HELLO AUTH")
+	return strings.TrimSuffix(s, ".")
+}
+
+// Cause says what went wrong, naming the server by its (masked) address.
+func (e *serverError) Cause() string {
+	at := e.server + " at " + e.src.display()
+	switch e.kind {
+	case kindNetwork:
+		return at + " is not reachable: " + e.reply()
+	case kindTimeout:
+		return fmt.Sprintf("%s did not answer within %v (--timeout)", at, e.timeout)
+	case kindCredentials:
+		return fmt.Sprintf("%s refused the login of user %q: %s", at, e.user, e.reply())
+	case kindPermission:
+		return fmt.Sprintf("%s refused user %q: %s", at, e.user, e.reply())
+	case kindReadOnly:
+		return at + " is read-only: " + e.reply()
+	case kindNoDatabase:
+		return at + ": " + e.reply()
+	}
+	return at + ": " + e.reply()
+}
+
+// Fix says what to do, naming the flag or the variable the address came
+// from.
+func (e *serverError) Fix() string {
+	where := e.src.where()
+	switch e.kind {
+	case kindNetwork:
+		return fmt.Sprintf("check the address (%s), that %s runs there, and that this host may reach it", where, e.daemon())
+	case kindTimeout:
+		return fmt.Sprintf("check that %s at that address runs and is not stopped or overloaded, and that this host may reach it; or raise --timeout", e.daemon())
+	case kindCredentials:
+		return e.credentialsFix()
+	case kindPermission:
+		return e.permissionFix()
+	case kindReadOnly:
+		if e.server == "Postgres" {
+			return fmt.Sprintf("point %s at the primary", where)
+		}
+		return fmt.Sprintf("point %s at the master", where)
+	case kindNoDatabase:
+		return fmt.Sprintf("check the database name in the address (%s)", where)
+	}
+	return ""
+}
+
+func (e *serverError) daemon() string {
+	if e.server == "Postgres" {
+		return "Postgres"
+	}
+	return "redis-server"
+}
+
+func (e *serverError) credentialsFix() string {
+	where := e.src.where()
+	msg := e.err.Error()
+	if e.server == "Postgres" {
+		var pgErr *pgconn.PgError
+		if errors.As(e.err, &pgErr) && pgErr.Code == "28000" {
+			if strings.Contains(pgErr.Message, "pg_hba.conf") {
+				return "allow this host, user and database in the server's pg_hba.conf (the message names them), then SELECT pg_reload_conf()"
+			}
+			return fmt.Sprintf("check the user in the address (%s)", where)
+		}
+		switch e.src.pgPassword() {
+		case "address":
+			return fmt.Sprintf("check user %q's password in the address (%s)", e.user, where)
+		case "PGPASSWORD":
+			return fmt.Sprintf("check $PGPASSWORD (the address (%s) has no password, so it was used)", where)
+		case "passfile":
+			return fmt.Sprintf("check the password file (~/.pgpass or $PGPASSFILE), or put the password in the address (%s)", where)
+		}
+		return fmt.Sprintf("the address (%s) has no password: add user %q's, postgres://%s:PASSWORD@host:port/db", where, e.user, e.user)
+	}
+	switch {
+	case strings.Contains(msg, "NOAUTH"):
+		return fmt.Sprintf("the server needs a password: add it to the address (%s), redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user", where)
+	case strings.Contains(msg, "without any password configured"):
+		return fmt.Sprintf("the server has no password: remove it from the address (%s), or name the ACL user it belongs to (redis://USER:PASSWORD@host:port)", where)
+	}
+	return fmt.Sprintf("check user %q and its password in the address (%s); on the server, ACL GETUSER %s shows whether the user exists and is on", e.user, where, e.user)
+}
+
+func (e *serverError) permissionFix() string {
+	if e.server == "Postgres" {
+		return "run fencectl as the fencelock schema's owner, or GRANT SELECT (DELETE to prune) ON ALL TABLES IN SCHEMA fencelock TO " + pgIdent(e.user)
+	}
+	switch {
+	case e.cmd != "":
+		return fmt.Sprintf("ACL SETUSER %s +%s (on every node)", e.user, e.cmd)
+	case e.keys != "":
+		return fmt.Sprintf("ACL SETUSER %s %s%s* (on every node)", e.user, e.keys, e.prefix)
+	}
+	return fmt.Sprintf("ACL GETUSER %s on the server shows what the user may run", e.user)
+}
+
+func pgIdent(s string) string {
+	if regexp.MustCompile(`^[a-z_][a-z0-9_]*$`).MatchString(s) {
+		return s
+	}
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// noPermCommand finds the command a NOPERM reply names: "... to run the
+// 'cluster|slots' command".
+var noPermCommand = regexp.MustCompile(`run the '([^']+)' command`)
+
+// redisFailure classifies err, an error of a call to Redis; nil when it is
+// not one of the causes fencectl explains (a script error, a bad reply).
+func redisFailure(server string, src source, user, prefix string, timeout time.Duration, err error) *serverError {
+	e := &serverError{server: server, src: src, user: user, prefix: prefix, timeout: timeout, err: err}
+	msg := err.Error()
+	switch {
+	case isTimeout(err):
+		e.kind = kindTimeout
+	case strings.Contains(msg, "NOPERM"):
+		e.kind = kindPermission
+		if m := noPermCommand.FindStringSubmatch(msg); m != nil {
+			e.cmd = strings.ToLower(m[1])
+		} else if strings.Contains(msg, "channel") {
+			e.keys = "&"
+		} else if strings.Contains(msg, "key") {
+			e.keys = "~"
+		}
+	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"),
+		strings.Contains(msg, "invalid password"), strings.Contains(msg, "without any password configured"):
+		e.kind = kindCredentials
+	case strings.Contains(msg, "READONLY"):
+		e.kind = kindReadOnly
+	case isNetwork(err):
+		e.kind, e.err = kindNetwork, netCause(err)
+	default:
+		return nil
+	}
+	return e
+}
+
+// pgFailure classifies err, an error of a connection to or a statement on
+// Postgres; nil when it is none of the causes fencectl explains.
+func pgFailure(src source, user string, timeout time.Duration, err error) *serverError {
+	e := &serverError{server: "Postgres", src: src, user: user, timeout: timeout, err: err}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr):
+		// The server's own words, without pgx's "failed to connect to
+		// `user=… database=…`: host (ip): server error:" in front: the
+		// cause names the address already.
+		e.err = pgErr
+		switch {
+		case pgErr.Code == "28P01" || pgErr.Code == "28000":
+			e.kind = kindCredentials
+		case pgErr.Code == "3D000":
+			e.kind = kindNoDatabase
+		case pgErr.Code == "25006":
+			e.kind = kindReadOnly
+		default:
+			return nil
+		}
+	case isTimeout(err):
+		e.kind = kindTimeout
+	case isNetwork(err):
+		e.kind, e.err = kindNetwork, netCause(err)
+	default:
+		return nil
+	}
+	return e
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// netCause is the network error inside err (pgx wraps it in one line per
+// attempt, naming the same refusal twice): that error alone, once.
+func netCause(err error) error {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op
+	}
+	return err
+}
+
+func isNetwork(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) || errors.As(err, &dns) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "EOF")
+}
+
+// schemaMissingError says how to install the schema in the database that
+// was used, with the goose CLI's -table too (without it goose records the
+// versions in the application's own table). It matches errSchemaMissing.
+type schemaMissingError struct {
+	src    source
+	dbname string
+}
+
+var errSchemaMissing = errors.New("the fencelock schema is not installed")
+
+func (e *schemaMissingError) Error() string {
+	return fmt.Sprintf("%s in database %q at %s; fix: %s", errSchemaMissing, e.dbname, e.src.display(), e.Fix())
+}
+
+// Fix is the command that installs it, on the same address.
+func (e *schemaMissingError) Fix() string {
+	return fmt.Sprintf("fencectl migrate up --db %s (with the goose CLI: goose -dir migrations -table fencelock_db_version postgres %s up)%s",
+		e.src.arg(), e.src.arg(), e.src.maskNote())
+}
+
+func (e *schemaMissingError) Unwrap() error { return errSchemaMissing }

@@ -37,7 +37,7 @@ the master that owns it.`,
 			for _, n := range args {
 				info, err := locks.Inspect(cmd.Context(), n)
 				if err != nil {
-					return err
+					return rc.explain(err)
 				}
 				infos = append(infos, toLockJSON(info))
 			}
@@ -72,21 +72,21 @@ holder and token shown.`,
 				return err
 			}
 			defer closeLocks(rc, locks)
-			return a.release(cmd.Context(), locks, args[0], yes)
+			return rc.explain(a.release(cmd.Context(), locks, args[0], yes))
 		},
 	}
 	a.redisFlag(release)
 	release.Flags().BoolVar(&force, "force", false, "required: release a lock held by someone else")
 	release.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
-	return group("locks", "Inspect or force-release locks in Redis", inspect, release)
+	return group("locks", "List, inspect or force-release locks in Redis", a.locksListCmd(), inspect, release)
 }
 
 func (a *app) openLocks(ctx context.Context) (*redisConn, *fence.Client, error) {
-	rc, err := openRedis(ctx, a.redis(), a.sentinelMaster, a.timeout)
+	rc, err := openRedis(ctx, a.redisSrc(), a.sentinelMaster, a.prefix, a.timeout)
 	if err != nil {
 		return nil, nil, err
 	}
-	locks, err := rc.locks(a.prefix)
+	locks, err := rc.locks()
 	if err != nil {
 		_ = rc.Close()
 		return nil, nil, err
@@ -148,13 +148,8 @@ func (a *app) release(ctx context.Context, locks *fence.Client, name string, yes
 	}
 	fmt.Fprintf(a.stdout, "%s is held by %s with token %d, %v left\n", name, info.Holder, info.Token, info.TTL.Round(time.Millisecond))
 	if !yes {
-		fmt.Fprintf(a.stdout, "Release it? The holder keeps running until it notices; only guard stops its writes. [y/N] ")
-		line, _ := bufio.NewReader(a.stdin).ReadString('\n')
-		fmt.Fprintln(a.stdout)
-		switch strings.ToLower(strings.TrimSpace(line)) {
-		case "y", "yes":
-		default:
-			return errAborted
+		if err := a.confirm("Release it? The holder keeps running until it notices; only guard stops its writes."); err != nil {
+			return err
 		}
 	}
 	woken, err := locks.ForceRelease(ctx, info)
@@ -162,7 +157,7 @@ func (a *app) release(ctx context.Context, locks *fence.Client, name string, yes
 		return fmt.Errorf("release %s: the lock changed since it was shown (released, expired or taken again): nothing deleted; inspect it again", name)
 	}
 	if err != nil {
-		return fmt.Errorf("release %s: %w", name, err)
+		return err
 	}
 	msg := "waiters were woken"
 	if !woken {
@@ -170,4 +165,18 @@ func (a *app) release(ctx context.Context, locks *fence.Client, name string, yes
 	}
 	fmt.Fprintf(a.stdout, "released %s (was held by %s, token %d); %s\n", name, info.Holder, info.Token, msg)
 	return nil
+}
+
+// confirm asks question with [y/N] on stdout and reads the answer from
+// stdin: anything but y or yes (an empty line, end of input) is no, and
+// returns errAborted.
+func (a *app) confirm(question string) error {
+	fmt.Fprintf(a.stdout, "%s [y/N] ", question)
+	line, _ := bufio.NewReader(a.stdin).ReadString('\n')
+	fmt.Fprintln(a.stdout)
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return errAborted
 }

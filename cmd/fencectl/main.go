@@ -3,6 +3,7 @@
 // checks a deployment (doctor).
 //
 //	fencectl migrate up|down|status          the fencelock schema in Postgres
+//	fencectl locks list [PATTERN]            the locks that are held: holder, token, remaining lease
 //	fencectl locks inspect|release NAME...   a lock's holder, token, TTL and counter; forced release
 //	fencectl tokens show|repair [NAME...]    the database's token high-water marks vs Redis
 //	fencectl runs list|prune                 resumable runs
@@ -142,9 +143,21 @@ are never printed. Read commands print JSON with -o json.`,
 	root.SetVersionTemplate("fencectl {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", 10*time.Second, "how long to wait for a server to answer")
-	root.AddCommand(a.migrateCmd(), a.locksCmd(), a.tokensCmd(), a.runsCmd(), a.keysCmd(), a.doctorCmd())
+	for _, c := range commands {
+		root.AddCommand(c(a))
+	}
 	return root
 }
+
+// commands build fencectl's top-level commands (help lists them by name).
+// A command group in a file of its own adds its builder with register
+// from an init func.
+var commands = []func(*app) *cobra.Command{
+	(*app).migrateCmd, (*app).locksCmd, (*app).tokensCmd, (*app).runsCmd, (*app).keysCmd, (*app).doctorCmd,
+}
+
+// register adds a top-level command (see commands).
+func register(c func(*app) *cobra.Command) { commands = append(commands, c) }
 
 // group is a command that only holds subcommands: a missing or unknown
 // subcommand is a usage error (cobra would print help and exit 0).
@@ -186,18 +199,106 @@ func (a *app) outputFlag(c *cobra.Command) {
 	c.Flags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 }
 
-func (a *app) redis() string {
-	if a.redisAddr != "" {
-		return a.redisAddr
-	}
-	return os.Getenv("REDIS_URL")
+// source is an address and where it came from: fixes name the flag or
+// the variable that was used, never one that was not.
+type source struct {
+	addr string // as given
+	flag string // --redis or --db
+	env  string // the variable it came from; "" when from the flag
 }
 
-func (a *app) db() string {
-	if a.dbAddr != "" {
-		return a.dbAddr
+func (a *app) redisSrc() source {
+	if a.redisAddr != "" {
+		return source{addr: a.redisAddr, flag: "--redis"}
 	}
-	return os.Getenv("DATABASE_URL")
+	return source{addr: os.Getenv("REDIS_URL"), flag: "--redis", env: "REDIS_URL"}
+}
+
+func (a *app) dbSrc() source {
+	if a.dbAddr != "" {
+		return source{addr: a.dbAddr, flag: "--db"}
+	}
+	return source{addr: os.Getenv("DATABASE_URL"), flag: "--db", env: "DATABASE_URL"}
+}
+
+func (a *app) redis() string { return a.redisSrc().addr }
+
+func (a *app) db() string { return a.dbSrc().addr }
+
+// where names what the address came from: the flag, or $VARIABLE.
+func (s source) where() string {
+	if s.env != "" {
+		return "$" + s.env
+	}
+	return s.flag
+}
+
+// display is the address with its password masked.
+func (s source) display() string { return redactAddr(s.addr) }
+
+// arg is the address as an argument of a command to paste: "$VARIABLE"
+// when it came from one, else the address, masked, in single quotes
+// (maskNote then says to put the password back).
+func (s source) arg() string {
+	if s.env != "" {
+		return `"$` + s.env + `"`
+	}
+	return shellQuote(s.display())
+}
+
+// maskNote is what a pasted arg() needs when its password was masked.
+func (s source) maskNote() string {
+	if s.env == "" && s.display() != s.addr {
+		return " (with the password in place of " + mask + ")"
+	}
+	return ""
+}
+
+// pgPassword says where the password pgx sends comes from: "address",
+// "PGPASSWORD", "passfile", or "" for none.
+func (s source) pgPassword() string {
+	if hasPassword(s.addr) {
+		return "address"
+	}
+	if os.Getenv("PGPASSWORD") != "" {
+		return "PGPASSWORD"
+	}
+	if cfg, err := parseDBAddr(s.addr); err == nil && cfg.ConnConfig.Password != "" {
+		return "passfile"
+	}
+	return ""
+}
+
+// shellQuote makes s one shell word: as it is when it has no character a
+// shell would read, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/@%+=,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// maskNotes is maskNote for a command that uses several addresses.
+func maskNotes(srcs ...source) string {
+	for _, s := range srcs {
+		if n := s.maskNote(); n != "" {
+			return " (with the passwords in place of " + mask + ")"
+		}
+	}
+	return ""
+}
+
+// redisArgs are the Redis flags of a command to paste: the address and,
+// when not the defaults, the prefix and the Sentinel master.
+func (a *app) redisArgs() string {
+	s := "--redis " + a.redisSrc().arg()
+	if a.prefix != "fence:" {
+		s += " --prefix " + shellQuote(a.prefix)
+	}
+	if a.sentinelMaster != "" {
+		s += " --sentinel-master " + shellQuote(a.sentinelMaster)
+	}
+	return s
 }
 
 // checkOutput validates -o before any server is contacted.

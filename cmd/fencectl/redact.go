@@ -13,15 +13,20 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Passwords never reach the terminal. Two layers keep that promise:
+// Passwords never reach the terminal, and nothing else is masked. Two
+// layers keep that promise:
 //
 //  1. Every address fencectl prints goes through redactAddr, which replaces
 //     the password of a URL (or the password= of a keyword DSN) with xxxxx.
 //  2. Everything written to stdout and stderr goes through a scrubber that
-//     replaces every password found in the arguments and the environment
-//     ($REDIS_URL, $DATABASE_URL, $PGPASSWORD), in every spelling a URL
-//     may carry it, with xxxxx. This catches the text of errors wrapped
-//     from go-redis, pgx, goose or cobra that may quote an address.
+//     masks the password inside every address it finds in the text: the
+//     userinfo of a URL and the password= of a DSN, and a password given in
+//     the arguments or the environment ($REDIS_URL, $DATABASE_URL) where it
+//     stands in an address the patterns alone would misread (an unescaped
+//     '@' in it, say). This catches the addresses quoted by errors wrapped
+//     from go-redis, pgx, goose or cobra. Text outside addresses is left
+//     as it is: a server's reply that happens to contain the password's
+//     letters (WRONGPASS, with the password WRONG) reads as the server said.
 
 const mask = "xxxxx"
 
@@ -51,6 +56,25 @@ func redactAddr(s string) string {
 	}
 	s = urlUserinfo.ReplaceAllString(s, "${1}"+mask+"@")
 	return dsnPassword.ReplaceAllString(s, "${1}"+mask)
+}
+
+// hasPassword reports whether the address itself carries a password (a
+// URL's userinfo or password=), whatever the environment adds.
+func hasPassword(s string) bool {
+	if strings.Contains(s, "://") {
+		if u, err := url.Parse(s); err == nil {
+			if _, has := u.User.Password(); has {
+				return true
+			}
+			return u.Query().Get("password") != ""
+		}
+	}
+	for _, m := range dsnPassword.FindAllStringSubmatch(s, -1) {
+		if strings.Trim(m[2], "'") != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // secretsOf returns the passwords an argument or environment value carries,
@@ -103,9 +127,6 @@ func collectSecrets(args []string) []string {
 	for _, env := range []string{"REDIS_URL", "DATABASE_URL"} {
 		out = append(out, secretsOf(os.Getenv(env))...)
 	}
-	if p := os.Getenv("PGPASSWORD"); p != "" {
-		out = append(out, p, url.QueryEscape(p))
-	}
 	seen := map[string]bool{}
 	var uniq []string
 	for _, s := range out {
@@ -119,6 +140,20 @@ func collectSecrets(args []string) []string {
 	return uniq
 }
 
+// inAddress matches each secret where it stands as the password of an
+// address: after scheme://user: and before @, or after password= (quoted
+// or not).
+func inAddress(secrets []string) []*regexp.Regexp {
+	var out []*regexp.Regexp
+	for _, sec := range secrets {
+		q := regexp.QuoteMeta(sec)
+		out = append(out,
+			regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s\[\]]*:)`+q+`@`),
+			regexp.MustCompile(`(?i)(password=)'?`+q+`'?`))
+	}
+	return out
+}
+
 // scrubber is an io.Writer that replaces secrets in whole lines before
 // passing them on; Flush writes out a last line without a newline.
 // Buffering by line means a secret split across two Write calls is still
@@ -126,12 +161,12 @@ func collectSecrets(args []string) []string {
 type scrubber struct {
 	mu      sync.Mutex
 	w       io.Writer
-	secrets []string
+	secrets []*regexp.Regexp // inAddress of the known passwords
 	buf     []byte
 }
 
 func newScrubber(w io.Writer, secrets []string) *scrubber {
-	return &scrubber{w: w, secrets: secrets}
+	return &scrubber{w: w, secrets: inAddress(secrets)}
 }
 
 func (s *scrubber) Write(p []byte) (int, error) {
@@ -157,9 +192,21 @@ func (s *scrubber) Flush() {
 }
 
 func (s *scrubber) scrub(text string) string {
-	text = urlUserinfo.ReplaceAllString(text, "${1}"+mask+"@")
-	for _, sec := range s.secrets {
-		text = strings.ReplaceAll(text, sec, mask)
+	// The known passwords first: one with an '@' would fool the patterns.
+	for _, re := range s.secrets {
+		text = re.ReplaceAllStringFunc(text, func(m string) string {
+			if strings.HasPrefix(strings.ToLower(m), "password=") {
+				return m[:len("password=")] + mask
+			}
+			return re.ReplaceAllString(m, "${1}"+mask+"@")
+		})
 	}
-	return text
+	text = urlUserinfo.ReplaceAllStringFunc(text, func(m string) string {
+		// PASSWORD is the placeholder of fencectl's own address forms.
+		if strings.HasSuffix(m, ":PASSWORD@") {
+			return m
+		}
+		return urlUserinfo.ReplaceAllString(m, "${1}"+mask+"@")
+	})
+	return dsnPassword.ReplaceAllString(text, "${1}"+mask)
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -26,8 +28,12 @@ type redisConn struct {
 	rdb      redis.UniversalClient
 	cluster  bool
 	sentinel string // the master's name when reached through a Sentinel
+	src      source // the address as given and where it came from
 	display  string // the address as given, password redacted
 	seed     string // host:port dialled first
+	user     string // the ACL user logged in as ("default" when the address names none)
+	prefix   string // the key prefix (--prefix)
+	timeout  time.Duration
 	version  string // redis_version, or "" when the server does not say
 	role     string // master or replica (standalone), "" when unknown
 }
@@ -47,40 +53,45 @@ func parseRedisAddr(s string) (*redis.Options, error) {
 	return opts, nil
 }
 
-// openRedis connects to addr and finds out whether it is a cluster node; on a
-// cluster it returns a ClusterClient seeded with addr, which follows MOVED
-// and ASK redirections and can reach every master.
-func openRedis(ctx context.Context, addr, sentinelMaster string, timeout time.Duration) (*redisConn, error) {
-	if addr == "" {
+// openRedis connects to the address src and finds out whether it is a
+// cluster node; on a cluster it returns a ClusterClient seeded with it,
+// which follows MOVED and ASK redirections and can reach every master.
+//
+// The first command is HELLO, which every user may run (Redis exempts it
+// from ACL checks, like AUTH): fencectl needs no PING, so it works as a
+// user that has only the commands fence sends. It also tells network,
+// credential and permission failures apart (see serverError).
+func openRedis(ctx context.Context, src source, sentinelMaster, prefix string, timeout time.Duration) (*redisConn, error) {
+	if src.addr == "" {
 		return nil, usageErrorf("no Redis: give --redis host:port|URL or set REDIS_URL")
 	}
-	opts, err := parseRedisAddr(addr)
+	opts, err := parseRedisAddr(src.addr)
 	if err != nil {
 		return nil, err
 	}
-	display := redactAddr(addr)
 	// One attempt per command: an operator wants the failure now, not after
 	// three backed-off retries.
 	opts.MaxRetries = -1
 	opts.DialTimeout = timeout
 	opts.ContextTimeoutEnabled = true
 	opts.PoolSize = 4
+	c := &redisConn{src: src, display: src.display(), seed: opts.Addr, user: orDefault(opts.Username, "default"),
+		prefix: prefix, timeout: timeout}
 	probe := redis.NewClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := probe.Ping(pctx).Err(); err != nil {
-		_ = probe.Close()
-		return nil, &unreachableError{what: "Redis", addr: display, err: err}
-	}
-	c := &redisConn{display: display, seed: opts.Addr}
 	var mode string
-	c.version, c.role, mode = serverInfo(pctx, probe)
+	c.version, c.role, mode, err = serverInfo(pctx, probe)
+	if err != nil {
+		_ = probe.Close()
+		return nil, c.failure("Redis", err)
+	}
 	c.cluster = mode == "cluster"
 	if mode == "sentinel" {
-		name, err := sentinelMasterName(pctx, probe, sentinelMaster, display)
+		name, err := sentinelMasterName(pctx, probe, sentinelMaster, c.display)
 		_ = probe.Close()
 		if err != nil {
-			return nil, err
+			return nil, c.explain(err)
 		}
 		// The address's user and password serve for the sentinel (they just
 		// worked) and for the data nodes.
@@ -101,23 +112,22 @@ func openRedis(ctx context.Context, addr, sentinelMaster string, timeout time.Du
 			MaxRetries:            -1,
 			PoolSize:              4,
 		})
-		if err := c.rdb.Ping(pctx).Err(); err != nil {
+		if c.version, c.role, _, err = serverInfo(pctx, c.rdb.(*redis.Client)); err != nil {
 			_ = c.rdb.Close()
-			return nil, &unreachableError{what: "the master " + name + " of the Sentinel", addr: display, err: err}
+			return nil, c.failure(fmt.Sprintf("the master %q of the Sentinel", name), err)
 		}
-		c.version, c.role, _ = serverInfo(pctx, c.rdb.(*redis.Client))
 		return c, nil
 	}
 	if sentinelMaster != "" {
 		_ = probe.Close()
-		return nil, usageErrorf("--sentinel-master %q: %s is not a Sentinel", sentinelMaster, display)
+		return nil, usageErrorf("--sentinel-master %q: %s is not a Sentinel", sentinelMaster, c.display)
 	}
 	if !c.cluster {
 		c.rdb = probe
 		return c, nil
 	}
 	_ = probe.Close()
-	c.rdb = redis.NewClusterClient(&redis.ClusterOptions{
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:                 []string{opts.Addr},
 		Username:              opts.Username,
 		Password:              opts.Password,
@@ -130,18 +140,54 @@ func openRedis(ctx context.Context, addr, sentinelMaster string, timeout time.Du
 		MaxRetries:            -1,
 		PoolSize:              4,
 	})
-	if err := c.rdb.Ping(pctx).Err(); err != nil {
-		_ = c.rdb.Close()
-		return nil, &unreachableError{what: "Redis Cluster", addr: display, err: err}
+	c.rdb = cc
+	// Loading the slot map (CLUSTER SLOTS) is the cluster client's first
+	// command: what it needs is what every later command needs.
+	if _, err := cc.MasterForKey(pctx, lockKey(prefix, "fencectl")); err != nil {
+		_ = cc.Close()
+		return nil, c.failure("Redis Cluster", err)
 	}
 	return c, nil
 }
 
+// failure is err, from reaching the server, with its cause named: the
+// network, the credentials, a permission (with the ACL line that fixes
+// it) or the timeout.
+func (c *redisConn) failure(server string, err error) error {
+	if e := redisFailure(server, c.src, c.user, c.prefix, c.timeout, err); e != nil {
+		return e
+	}
+	return fmt.Errorf("%s at %s: %w", server, c.display, err)
+}
+
+// explain names the cause of err, from a command on the open connection,
+// when it is one fencectl can tell (see serverError); else err as it is.
+func (c *redisConn) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *serverError
+	var ue *usageError
+	if errors.As(err, &se) || errors.As(err, &ue) {
+		return err
+	}
+	what := "Redis"
+	if c.cluster {
+		what = "Redis Cluster"
+	}
+	if e := redisFailure(what, c.src, c.user, c.prefix, c.timeout, err); e != nil {
+		return e
+	}
+	return err
+}
+
 // serverInfo asks HELLO (Redis 6+, allowed to every user) for the version,
-// role and mode (standalone, cluster, sentinel); INFO is the fallback for
-// older servers.
-func serverInfo(ctx context.Context, c *redis.Client) (version, role, mode string) {
-	if m, err := c.Do(ctx, "HELLO").Result(); err == nil {
+// role and mode (standalone, cluster, sentinel); PING and INFO are the
+// fallback for older servers. The error is HELLO's (or PING's): the
+// server is not reachable, or refused the login.
+func serverInfo(ctx context.Context, c *redis.Client) (version, role, mode string, err error) {
+	m, err := c.Do(ctx, "HELLO").Result()
+	if err == nil {
 		get := func(k string) string {
 			switch mm := m.(type) {
 			case map[any]any:
@@ -157,11 +203,18 @@ func serverInfo(ctx context.Context, c *redis.Client) (version, role, mode strin
 			}
 			return ""
 		}
-		return get("version"), get("role"), get("mode")
+		return get("version"), get("role"), get("mode"), nil
+	}
+	if !isUnknownCommand(err) {
+		return "", "", "", err
+	}
+	// Redis before 6: no HELLO, and no ACLs either.
+	if err := c.Ping(ctx).Err(); err != nil {
+		return "", "", "", err
 	}
 	info, err := c.Info(ctx).Result()
 	if err != nil {
-		return "", "", ""
+		return "", "", "", nil
 	}
 	f := infoFields(info)
 	role = f["role"]
@@ -172,7 +225,7 @@ func serverInfo(ctx context.Context, c *redis.Client) (version, role, mode strin
 	if f["cluster_enabled"] == "1" {
 		mode = "cluster"
 	}
-	return f["redis_version"], role, mode
+	return f["redis_version"], role, mode, nil
 }
 
 // sentinelMasterName picks the master to use from a Sentinel: the one
@@ -247,8 +300,10 @@ func (c *redisConn) mode() string {
 
 // locks returns a fence client on the connection (its watchdog is idle:
 // fencectl never holds a lock).
-func (c *redisConn) locks(prefix string) (*fence.Client, error) {
-	return fence.New(c.rdb, fence.WithPrefix(prefix))
+func (c *redisConn) locks() (*fence.Client, error) {
+	// fencectl reports what it finds itself (doctor checks the eviction
+	// policy): the client's own warnings would only repeat it on stderr.
+	return fence.New(c.rdb, fence.WithPrefix(c.prefix), fence.WithLogger(slog.New(slog.DiscardHandler)))
 }
 
 // nodeAddr is a node's address for reports: a node that does not know its

@@ -26,7 +26,7 @@ func (a *app) runsCmd() *cobra.Command {
 			if limit <= 0 {
 				return usageErrorf("--limit %d: want a positive number", limit)
 			}
-			db, err := openDB(cmd.Context(), a.db(), a.timeout)
+			db, err := openDB(cmd.Context(), a.dbSrc(), a.timeout)
 			if err != nil {
 				return err
 			}
@@ -38,7 +38,7 @@ WHERE `+where+` AND ($1 = '' OR resource = $1)
 ORDER BY updated_at DESC, resource, run_key
 LIMIT $2`, resource, limit)
 			if err != nil {
-				return schemaError(err)
+				return db.explain(err)
 			}
 			defer rows.Close()
 			out := []runJSON{}
@@ -54,7 +54,7 @@ LIMIT $2`, resource, limit)
 				out = append(out, r)
 			}
 			if err := rows.Err(); err != nil {
-				return schemaError(err)
+				return db.explain(err)
 			}
 			if a.json() {
 				return a.printJSON(out)
@@ -119,7 +119,7 @@ func (a *app) pruneCmd(group, what, long, del, count string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			db, err := openDB(cmd.Context(), a.db(), a.timeout)
+			db, err := openDB(cmd.Context(), a.dbSrc(), a.timeout)
 			if err != nil {
 				return err
 			}
@@ -139,7 +139,7 @@ func (a *app) pruneCmd(group, what, long, del, count string) *cobra.Command {
 				}
 			}
 			if err != nil {
-				return schemaError(err)
+				return db.explain(err)
 			}
 			fmt.Fprintf(a.stdout, "%s %d %s older than %v\n", verb, n, what, age)
 			return nil

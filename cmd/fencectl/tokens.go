@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fencelock/fence"
@@ -27,12 +26,12 @@ holder is rejected until 'fencectl tokens repair' raises the counter.`,
 				return err
 			}
 			ctx := cmd.Context()
-			db, err := openDB(ctx, a.db(), a.timeout)
+			db, err := openDB(ctx, a.dbSrc(), a.timeout)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			states, err := readFences(ctx, db.pool, args)
+			states, err := readFences(ctx, db, args)
 			if err != nil {
 				return err
 			}
@@ -68,7 +67,7 @@ whose clock was behind). --all repairs every resource that is behind.`,
 				return usageErrorf("give the RESOURCE names to repair, or --all (every resource that is behind), not both")
 			}
 			ctx := cmd.Context()
-			db, err := openDB(ctx, a.db(), a.timeout)
+			db, err := openDB(ctx, a.dbSrc(), a.timeout)
 			if err != nil {
 				return err
 			}
@@ -78,7 +77,7 @@ whose clock was behind). --all repairs every resource that is behind.`,
 				return err
 			}
 			defer closeLocks(rc, locks)
-			return a.repair(ctx, db.pool, rc, locks, args)
+			return a.repair(ctx, db, rc, locks, args)
 		},
 	}
 	a.dbFlag(repair)
@@ -106,16 +105,16 @@ type tokenState struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-func readFences(ctx context.Context, pool *pgxpool.Pool, names []string) ([]*tokenState, error) {
+func readFences(ctx context.Context, db *dbConn, names []string) ([]*tokenState, error) {
 	q := `SELECT resource, token, holder, updated_at FROM fencelock.fence`
 	var args []any
 	if len(names) > 0 {
 		q += ` WHERE resource = ANY($1)`
 		args = append(args, names)
 	}
-	rows, err := pool.Query(ctx, q+` ORDER BY resource`, args...)
+	rows, err := db.pool.Query(ctx, q+` ORDER BY resource`, args...)
 	if err != nil {
-		return nil, schemaError(err)
+		return nil, db.explain(err)
 	}
 	defer rows.Close()
 	var out []*tokenState
@@ -126,7 +125,7 @@ func readFences(ctx context.Context, pool *pgxpool.Pool, names []string) ([]*tok
 		}
 		out = append(out, s)
 	}
-	return out, schemaError(rows.Err())
+	return out, db.explain(rows.Err())
 }
 
 // compareTokens fills in each resource's Redis side: its counter, the clock
@@ -189,8 +188,8 @@ func (a *app) printTokens(states []*tokenState, withRedis bool) error {
 	return a.table(header, rows)
 }
 
-func (a *app) repair(ctx context.Context, pool *pgxpool.Pool, rc *redisConn, locks *fence.Client, names []string) error {
-	states, err := readFences(ctx, pool, names)
+func (a *app) repair(ctx context.Context, db *dbConn, rc *redisConn, locks *fence.Client, names []string) error {
+	states, err := readFences(ctx, db, names)
 	if err != nil {
 		return err
 	}
@@ -221,7 +220,7 @@ func (a *app) repair(ctx context.Context, pool *pgxpool.Pool, rc *redisConn, loc
 		}
 		got, err := locks.RaiseCounter(ctx, n, s.Mark)
 		if err != nil {
-			return fmt.Errorf("%s: %w", n, err)
+			return rc.explain(err)
 		}
 		fmt.Fprintf(a.stdout, "%s: counter is %d (database high-water mark %d); the next token will be higher\n", n, got, s.Mark)
 	}

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+// Misconfigured servers, each a real redis-server or Postgres set up wrong:
+// fencectl names the one cause (network, credentials, permission) and a
+// fix for that cause, naming the flag or variable the address came from.
+
+// docsACLLine is the Redis ACL line the README (or docs/) gives for an
+// application's user, as ACL SETUSER arguments with password, and the
+// commands it adds on a cluster.
+func docsACLLine(t *testing.T, password string) (args []any, clusterExtra []any) {
+	t.Helper()
+	var texts []string
+	for _, root := range []string{"../../README.md", "../../docs"} {
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(p, ".md") {
+				b, rerr := os.ReadFile(p)
+				require.NoError(t, rerr)
+				texts = append(texts, string(b))
+			}
+			return nil
+		})
+	}
+	all := strings.Join(texts, "\n")
+	m := regexp.MustCompile("`(ACL SETUSER app on >… [^`]+)`").FindStringSubmatch(all)
+	require.NotNil(t, m, "no `ACL SETUSER app on >… …` line in README.md or docs/: this test runs fencectl as the user it describes")
+	for _, f := range strings.Fields(m[1])[2:] {
+		if f == ">…" {
+			f = ">" + password
+		}
+		args = append(args, f)
+	}
+	c := regexp.MustCompile("plus\\s+`([^`]+)`\\s+on\\s+a\\s+cluster").FindStringSubmatch(all)
+	require.NotNil(t, c, "no 'plus `…` on a cluster' after the ACL line in README.md or docs/")
+	for _, f := range strings.Fields(c[1]) {
+		clusterExtra = append(clusterExtra, f)
+	}
+	return args, clusterExtra
+}
+
+// aclUser creates an ACL user on r with the given ACL SETUSER arguments
+// (after the user name) and returns the URL to log in as it.
+func aclUser(t *testing.T, r *testenv.Redis, rules ...any) string {
+	t.Helper()
+	require.NoError(t, r.Client().Do(ctxT(t), append([]any{"ACL", "SETUSER"}, rules...)...).Err())
+	return withPassword(t, r.URL, rules[0].(string), redisSecret)
+}
+
+// deadAddr is a loopback port where nothing listens.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// The README's ACL line is enough for every fencectl command but locks
+// list (SCAN, an operator's command), which says what to add.
+func TestREADMEACLUser(t *testing.T) {
+	ctx := ctxT(t)
+	r := testenv.NewRedisServer(t)
+	line, _ := docsACLLine(t, redisSecret)
+	u := aclUser(t, r, line...)
+	locks := newLocksPrefix(t, r, "fence:")
+	l, err := locks.Acquire(ctx, "job")
+	require.NoError(t, err)
+	defer l.Release(ctx)
+
+	code, out, errOut := fencectlProc(t, nil, "locks", "inspect", "job", "--redis", u)
+	require.Equal(t, exitOK, code, out+errOut)
+	assert.Contains(t, out, l.Holder())
+
+	code, out, errOut = fencectlProc(t, nil, "doctor", "--redis", u)
+	assert.Equal(t, exitOK, code, out+errOut)
+	assert.Empty(t, verdicts(out)["FAIL"], out)
+	assert.Regexp(t, `ok\s+redis\.acl\s+user "app" may run every command fence uses`, out)
+	assert.Contains(t, out, "ACL SETUSER app +wait", "WithReplicaSync needs WAIT, which the line leaves out: the fix names the user")
+
+	code, out, errOut = fencectlProc(t, nil, "locks", "list", "--redis", u)
+	assert.Equal(t, exitFailed, code, out+errOut)
+	assert.Equal(t, "fencectl: Redis at "+redactAddr(u)+` refused user "app": NOPERM this user has no permissions to run the 'scan' command; fix: ACL SETUSER app +scan (on every node)`+"\n", errOut)
+	requireNoSecret(t, redisSecret, out, errOut)
+
+	// With the fix applied, list works as that user.
+	require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", "app", "+scan").Err())
+	code, out, errOut = fencectlProc(t, nil, "locks", "list", "--redis", u)
+	require.Equal(t, exitOK, code, out+errOut)
+	assert.Contains(t, out, l.Holder())
+}
+
+// Network, credentials and permissions are three causes with three fixes.
+func TestRedisFailuresToldApart(t *testing.T) {
+	ctx := ctxT(t)
+	r := testenv.NewRedisServer(t)
+	line, _ := docsACLLine(t, redisSecret)
+	var noGet []any
+	for _, a := range line {
+		if a != "+get" {
+			noGet = append(noGet, a)
+		}
+	}
+	noGet[0] = "noget"
+	noGetURL := aclUser(t, r, noGet...)
+	appURL := aclUser(t, r, line...)
+	dead := "redis://app:" + redisSecret + "@" + deadAddr(t)
+	wrong := strings.Replace(appURL, redisSecret, "not-"+redisSecret, 1)
+
+	for _, tc := range []struct {
+		name      string
+		env, args []string
+		want      string
+	}{
+		{"dead address", nil, []string{"--redis", dead},
+			`is not reachable: dial tcp ` + regexp.QuoteMeta(strings.TrimPrefix(dead, "redis://app:"+redisSecret+"@")) + `: connect: connection refused; fix: check the address \(--redis\), that redis-server runs there, and that this host may reach it\n$`},
+		{"dead address from the environment", []string{"REDIS_URL=" + dead}, nil,
+			`is not reachable: dial tcp .*; fix: check the address \(\$REDIS_URL\), that redis-server runs there`},
+		{"wrong password", nil, []string{"--redis", wrong},
+			`refused the login of user "app": WRONGPASS invalid username-password pair or user is disabled; fix: check user "app" and its password in the address \(--redis\)`},
+		{"a command missing", nil, []string{"--redis", noGetURL},
+			`refused user "noget": .*NOPERM this user has no permissions to run the 'get' command; fix: ACL SETUSER noget \+get \(on every node\)`},
+		{"keys outside the user's pattern", nil, []string{"--redis", appURL, "--prefix", "other:"},
+			`refused user "app": .*NOPERM this user has no permissions to access one of the keys used as arguments; fix: ACL SETUSER app ~other:\* \(on every node\)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := fencectlProc(t, tc.env, append([]string{"locks", "inspect", "job"}, tc.args...)...)
+			assert.Equal(t, exitFailed, code, out+errOut)
+			assert.Empty(t, out)
+			assert.Regexp(t, `^fencectl: Redis at redis://\w+:xxxxx@[\d.:]+ `+tc.want, errOut)
+			assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+			requireNoSecret(t, redisSecret, out, errOut)
+			if tc.env == nil {
+				assert.NotContains(t, errOut, "REDIS_URL", "the address came from --redis")
+			}
+		})
+	}
+
+	// A server with a password for its default user, and an address without
+	// one.
+	require.NoError(t, r.Client().Do(ctx, "CONFIG", "SET", "requirepass", redisSecret).Err())
+	code, _, errOut := fencectlProc(t, nil, "locks", "inspect", "job", "--redis", r.Addr)
+	assert.Equal(t, exitFailed, code)
+	assert.Equal(t, "fencectl: Redis at "+r.Addr+` refused the login of user "default": NOAUTH HELLO must be called with the client already authenticated; fix: the server needs a password: add it to the address (--redis), redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user`+"\n", errOut)
+}
+
+// Doctor tells the causes apart too, as its redis check's evidence and fix.
+func TestDoctorRedisWrongPassword(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	line, _ := docsACLLine(t, redisSecret)
+	u := aclUser(t, r, line...)
+	code, out, errOut := fencectlProc(t, []string{"REDIS_URL=" + strings.Replace(u, redisSecret, "wrong-"+redisSecret, 1)}, "doctor")
+	assert.Equal(t, exitFailed, code, errOut)
+	assert.Equal(t, []string{"redis"}, verdicts(out)["FAIL"], out)
+	assert.Contains(t, out, `refused the login of user "app": WRONGPASS`)
+	assert.Contains(t, out, `fix: check user "app" and its password in the address ($REDIS_URL)`)
+	assert.NotContains(t, out, "not reachable")
+	assert.NotContains(t, out, "--redis)")
+	requireNoSecret(t, redisSecret, out, errOut)
+}
+
+// A password that is also the start of a word in the server's reply
+// (WRONG, WRONGPASS) is masked in the address only.
+func TestMaskOnlyTheAddress(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	line, _ := docsACLLine(t, redisSecret)
+	u := aclUser(t, r, line...)
+	wrong := strings.Replace(u, redisSecret, "WRONG", 1)
+	for _, env := range [][]string{nil, {"REDIS_URL=" + wrong}} {
+		args := []string{"locks", "inspect", "job"}
+		if env == nil {
+			args = append(args, "--redis", wrong)
+		}
+		code, out, errOut := fencectlProc(t, env, args...)
+		assert.Equal(t, exitFailed, code, out+errOut)
+		assert.Contains(t, errOut, "Redis at "+strings.Replace(wrong, "WRONG", "xxxxx", 1)+" refused")
+		assert.Contains(t, errOut, "WRONGPASS invalid username-password pair", "the server's words are not masked")
+		assert.NotContains(t, errOut, "app:WRONG@")
+		assert.NotContains(t, errOut, "xxxxxPASS")
+	}
+}
+
+func TestPostgresFailuresToldApart(t *testing.T) {
+	db := migratedDB(t)
+	user, u := db.NewPasswordUser(t, pgSecret)
+	wrong := strings.Replace(u, pgSecret, "not-"+pgSecret, 1)
+	noPassword := strings.Replace(u, ":"+pgSecret+"@", "@", 1)
+	dead := "postgres://" + user + ":" + pgSecret + "@" + deadAddr(t) + "/x?sslmode=disable"
+	missing := strings.Replace(db.URL, "/"+db.Name+"?", "/nodb_"+db.Name+"?", 1)
+
+	for _, tc := range []struct {
+		name      string
+		env, args []string
+		want      string
+	}{
+		{"dead address", nil, []string{"--db", dead},
+			` is not reachable: dial tcp [\d.:]+: connect: connection refused; fix: check the address \(--db\), that Postgres runs there, and that this host may reach it`},
+		{"wrong password", nil, []string{"--db", wrong},
+			` refused the login of user "` + user + `": FATAL: password authentication failed for user "` + user + `" \(SQLSTATE 28P01\); fix: check user "` + user + `"'s password in the address \(--db\)`},
+		{"wrong password from the environment", []string{"DATABASE_URL=" + wrong}, nil,
+			` refused the login .*28P01\); fix: check user "` + user + `"'s password in the address \(\$DATABASE_URL\)`},
+		{"wrong PGPASSWORD", []string{"PGPASSWORD=not-" + pgSecret}, []string{"--db", noPassword},
+			` refused the login .*28P01\); fix: check \$PGPASSWORD \(the address \(--db\) has no password, so it was used\)`},
+		{"no password", []string{"PGPASSFILE=/nonexistent"}, []string{"--db", noPassword},
+			` refused the login .*; fix: the address \(--db\) has no password: add user "` + user + `"'s`},
+		{"no such database", nil, []string{"--db", missing},
+			`: FATAL: database "nodb_` + db.Name + `" does not exist \(SQLSTATE 3D000\); fix: check the database name in the address \(--db\)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := fencectlProc(t, tc.env, append([]string{"tokens", "show"}, tc.args...)...)
+			assert.Equal(t, exitFailed, code, out+errOut)
+			assert.Regexp(t, `^fencectl: Postgres at \S+?`+tc.want, errOut)
+			assert.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
+			requireNoSecret(t, pgSecret, out, errOut)
+			if tc.env == nil {
+				assert.NotContains(t, errOut, "DATABASE_URL", "the address came from --db")
+			}
+		})
+	}
+}
+
+// The schema's fix names the database it was given, not $DATABASE_URL
+// (which points elsewhere), and pasted as printed it installs the schema
+// there.
+func TestSchemaFixNamesTheAddressGiven(t *testing.T) {
+	ctx := ctxT(t)
+	other := migratedDB(t)
+	bare := testenv.NewDB(t)
+	_, u := bare.NewPasswordUser(t, pgSecret)
+	env := []string{"DATABASE_URL=" + other.URL}
+
+	code, out, errOut := fencectlProc(t, env, "tokens", "show", "--db", u)
+	assert.Equal(t, exitFailed, code)
+	assert.NotContains(t, errOut, "DATABASE_URL")
+	assert.Contains(t, errOut, `the fencelock schema is not installed in database "`+bare.Name+`" at `+redactAddr(u))
+
+	code, out, errOut = fencectlProc(t, env, "doctor", "--db", u)
+	assert.Equal(t, exitFailed, code, errOut)
+	assert.NotContains(t, out, "DATABASE_URL")
+	m := regexp.MustCompile(`(?m)^\s+fix: (fencectl migrate up --db '([^']+)') \(with the password in place of xxxxx\)$`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	assert.Equal(t, redactAddr(u), m[2])
+	requireNoSecret(t, pgSecret, out, errOut)
+
+	// Pasted, with the password put back.
+	args := strings.Fields(strings.ReplaceAll(strings.Replace(m[1], "xxxxx", pgSecret, 1), "'", ""))[1:]
+	code, out, errOut = fencectlProc(t, env, args...)
+	require.Equal(t, exitOK, code, out+errOut)
+	var installed bool
+	require.NoError(t, bare.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'fencelock')`).Scan(&installed))
+	assert.True(t, installed, "the fix installed the schema in the database doctor checked")
+}
+
+// newLocksPrefix is a fence client on r with the given key prefix (the
+// README's ACL line covers fence:*, not the test's own prefix).
+func newLocksPrefix(t *testing.T, r *testenv.Redis, prefix string) *fence.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	locks, err := fence.New(rdb, fence.WithPrefix(prefix))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locks.Close(context.Background()) })
+	return locks
+}
