@@ -42,7 +42,7 @@ func (d *doctor) checkPostgres(ctx context.Context) (*dbConn, error) {
 func (d *doctor) checkMigrations(ctx context.Context, db *dbConn) {
 	sdb := db.sqlDB()
 	defer sdb.Close()
-	st, err := migrations.Status(ctx, sdb)
+	st, err := migrations.Status(ctx, sdb, quiet())
 	switch {
 	case errors.Is(err, migrations.ErrUnrecorded), errors.Is(err, migrations.ErrRecordedMissing):
 		// The error names the difference and the fix.

@@ -380,8 +380,10 @@ func TestDoctorUnrecordedSchema(t *testing.T) {
 	assert.Contains(t, verdicts(out)["warn"], "migrations", out)
 	assert.Contains(t, out, "records 0 of them")
 
-	code, _, errOut = fencectl(t, "migrate", "up", "--db", db.URL)
+	code, out, errOut = fencectl(t, "migrate", "up", "--db", db.URL)
 	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "recorded "+strings.Join(migrationFiles(t), ", ")+" in fencelock_db_version: the schema in database \""+db.Name+"\" at "+db.URL+
+		" was installed without it (nothing in it changed)\n", out, "up says it recorded, and applied nothing")
 	code, out, _ = fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--db", db.URL)
 	assert.Equal(t, exitOK, code)
 	assert.NotContains(t, verdicts(out)["warn"], "migrations", out)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -78,7 +79,7 @@ writes).`,
 			defer db.Close()
 			sdb := db.sqlDB()
 			defer sdb.Close()
-			st, err := migrations.Status(cmd.Context(), sdb)
+			st, err := migrations.Status(cmd.Context(), sdb, quiet())
 			if err != nil {
 				return db.explain(err)
 			}
@@ -99,12 +100,12 @@ func (a *app) migrateUp(ctx context.Context, db *dbConn) error {
 	sdb := db.sqlDB()
 	defer sdb.Close()
 	// A schema Up refuses makes Status fail too: Up's error says why.
-	before, _ := migrations.Status(ctx, sdb)
+	before, _ := migrations.Status(ctx, sdb, quiet())
 	recorded := db.recordedVersions(ctx)
-	if err := migrations.Up(ctx, sdb); err != nil {
+	if err := migrations.Up(ctx, sdb, quiet()); err != nil {
 		return db.explain(err)
 	}
-	after, err := migrations.Status(ctx, sdb)
+	after, err := migrations.Status(ctx, sdb, quiet())
 	if err != nil {
 		return db.explain(err)
 	}
@@ -196,7 +197,7 @@ func (a *app) migrateDown(ctx context.Context, db *dbConn, yes, unprotect bool) 
 	}
 	sdb := db.sqlDB()
 	defer sdb.Close()
-	var opts []migrations.Option
+	opts := []migrations.Option{quiet()}
 	if unprotect {
 		opts = append(opts, migrations.Force())
 	}
@@ -341,3 +342,7 @@ func (a *app) printMigrations(st []*goose.MigrationStatus) error {
 	}
 	return a.table([]string{"VERSION", "STATE", "APPLIED AT", "FILE"}, rows)
 }
+
+// quiet keeps the migrations' own log lines (an adopted schema, goose's
+// progress) off stderr: fencectl says what changed itself.
+func quiet() migrations.Option { return migrations.WithLogger(slog.New(slog.DiscardHandler)) }
