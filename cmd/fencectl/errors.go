@@ -138,7 +138,7 @@ func (e *serverError) credentialsFix() string {
 		}
 		switch e.src.pgPassword() {
 		case "address":
-			return fmt.Sprintf("check user %q's password in the address (%s)", e.user, where)
+			return fmt.Sprintf("check user %q and its password in the address (%s)", e.user, where)
 		case "PGPASSWORD":
 			return fmt.Sprintf("check $PGPASSWORD (the address (%s) has no password, so it was used)", where)
 		case "passfile":
@@ -283,8 +283,8 @@ func (e *schemaMissingError) Error() string {
 
 // Fix is the command that installs it, on the same address.
 func (e *schemaMissingError) Fix() string {
-	return fmt.Sprintf("fencectl migrate up --db %s (with the goose CLI: goose -dir migrations -table fencelock_db_version postgres %s up)%s",
-		e.src.arg(), e.src.arg(), e.src.maskNote())
+	return fmt.Sprintf("fencectl migrate up --db %s%s; or with the goose CLI: goose -dir migrations -table fencelock_db_version postgres %s up",
+		e.src.arg(), e.src.maskNote(), e.src.arg())
 }
 
 func (e *schemaMissingError) Unwrap() error { return errSchemaMissing }
