@@ -193,7 +193,9 @@ func (c *Client) Close(ctx context.Context) error {
 			dl = d
 		}
 		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
+		start := time.Now()
 		cmds := execScripts(rctx, c.rdb, releaseScript, calls)
+		took := time.Since(start)
 		cancel()
 		for i, cmd := range cmds {
 			n, err := cmd.Int64()
@@ -205,7 +207,7 @@ func (c *Client) Close(ctx context.Context) error {
 				err = c.releaseOutcome(locks[i], n)
 			}
 			c.obs.onRelease(ctx, ReleaseEvent{Name: locks[i].name, Token: locks[i].token,
-				Held: time.Since(locks[i].acquiredAt), Err: err})
+				Held: time.Since(locks[i].acquiredAt), Duration: took, Err: err})
 		}
 	}
 	c.wd.close()

@@ -112,6 +112,9 @@ type ReleaseEvent struct {
 	Token int64
 	// Held is how long the lock was held.
 	Held time.Duration
+	// Duration is the release call (for [Client.Close], its one pipelined
+	// round trip for all the locks it releases).
+	Duration time.Duration
 	// Err is nil when the lock was deleted; otherwise the release error
 	// (e.g. [ErrNotHeld]).
 	Err error

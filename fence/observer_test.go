@@ -111,3 +111,32 @@ func TestLoggerSaysWhyLost(t *testing.T) {
 	<-f.Done()
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "reason=lease_ended") }, 5*time.Second, time.Millisecond)
 }
+
+// releaseOnly records release events.
+type releaseOnly struct{ got chan fence.ReleaseEvent }
+
+func (o releaseOnly) OnRelease(_ context.Context, e fence.ReleaseEvent) { o.got <- e }
+
+// A release event says how long the release call took (a span covers it),
+// by Lock.Release and by Client.Close alike.
+func TestReleaseEventDuration(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 20*time.Second)
+	rel := releaseOnly{got: make(chan fence.ReleaseEvent, 2)}
+	c := newClient(t, r, nil, fence.WithObserver(rel))
+	l, err := c.Acquire(ctx, "rel")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	e := <-rel.got
+	assert.NoError(t, e.Err)
+	assert.Positive(t, e.Duration, "the release's round trip")
+	assert.LessOrEqual(t, e.Duration, e.Held)
+
+	_, err = c.Acquire(ctx, "rel-close")
+	require.NoError(t, err)
+	require.NoError(t, c.Close(ctx))
+	e = <-rel.got
+	assert.Equal(t, "rel-close", e.Name)
+	assert.NoError(t, e.Err)
+	assert.Positive(t, e.Duration, "Close's round trip")
+}

@@ -24,6 +24,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: lock %q was already released", ErrNotHeld, l.name)
 	}
+	start := time.Now()
 	l.c.wd.remove(l)
 	l.cancel(ErrReleased) // no effect when already ended: the first cause stays
 	var err error
@@ -42,7 +43,8 @@ func (l *Lock) Release(ctx context.Context) error {
 		// delete.
 		err = fmt.Errorf("%w: lock %q was lost before Release: %w", ErrNotHeld, l.name, cause)
 	}
-	l.c.obs.onRelease(ctx, ReleaseEvent{Name: l.name, Token: l.token, Held: time.Since(l.acquiredAt), Err: err})
+	l.c.obs.onRelease(ctx, ReleaseEvent{Name: l.name, Token: l.token, Held: time.Since(l.acquiredAt),
+		Duration: time.Since(start), Err: err})
 	return err
 }
 
