@@ -10,7 +10,8 @@ import (
 
 // Observer receives guarded-write events, e.g. to feed metrics, traces or
 // logs. It is any value that implements one or more of the event
-// interfaces (today [ExecObserver]); guard calls only those it implements.
+// interfaces ([ExecObserver]; [AdvanceObserver] for stores' Advance);
+// guard and the stores call only those it implements.
 // A new kind of event comes as a new interface, and a new detail as a new
 // field of its event struct, so an observer written today keeps compiling.
 //
@@ -28,6 +29,30 @@ type Observer any
 // event), including run steps of stores built on Exec.
 type ExecObserver interface {
 	OnExec(ctx context.Context, e ExecEvent)
+}
+
+// AdvanceObserver is told the outcome of every Advance of a store
+// (pgfence.Store.Advance, sqlfence.Store.Advance) that got past input
+// validation: Committed when the claim is recorded, Rejected with the
+// reason (stale_token, read_only, lease_lost), or Failed. Stores report it
+// to the observers of their WithObserver; Exec's own claim is part of its
+// [ExecEvent], not an AdvanceEvent.
+type AdvanceObserver interface {
+	OnAdvance(ctx context.Context, e AdvanceEvent)
+}
+
+// AdvanceEvent is the outcome of one Advance. Outcome and Reason are
+// [Classify]'s of Err.
+type AdvanceEvent struct {
+	Resource string
+	Token    int64
+	Holder   string
+	Outcome  Outcome
+	Reason   Reason
+	// Duration is the whole call.
+	Duration time.Duration
+	// Err is Advance's error (nil when the claim was recorded).
+	Err error
 }
 
 // ObservedStore is implemented by stores that carry observers of their own
