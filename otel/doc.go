@@ -20,16 +20,28 @@
 //	fencelock.lock.losses          counter    reason=gone|taken|deadline|lease_ended|max_hold|other
 //	fencelock.guard.execs          counter    outcome=committed|rejected|failed|unknown, reason
 //	fencelock.guard.exec.duration  histogram  outcome
+//	fencelock.guard.advances       counter    outcome=committed|rejected|failed, reason   Store.Advance
 //
 // The attribute sets are small and fixed, so series stay few. Lock and
 // resource names are left out by default (a batch per customer would make
 // one series each); [WithNameAttribute] adds them as fencelock.lock.name
 // and fencelock.resource.
 //
-// Spans: "fence.Acquire" per acquisition and "guard.Exec" per guarded
-// write, children of the span in the call's ctx, with the name, token,
-// outcome and reason as attributes (always: a span is one event, not a
-// series). Both are recorded when the call ends, from the event's start
-// and duration, so they do not parent the spans made inside the call
-// (pgx's, say).
+// Spans: "fence.Acquire" per acquisition, "fence.Release" per release
+// (Lock.Release and Client.Close), "guard.Exec" per guarded write and
+// "guard.Advance" per Store.Advance, children of the span in the call's
+// ctx, with the name, token, outcome and reason as attributes (always: a
+// span is one event, not a series). All are recorded when the call ends,
+// from the event's start and duration, so they do not parent the spans
+// made inside the call (pgx's, say).
+//
+// A span's status is Error when the call failed or its outcome is
+// unknown, and when the fence refused something that means trouble: a
+// stale token, a lost lease, a read-only database. Outcomes that are the
+// fence doing what it was asked leave the status unset, with the
+// attributes saying what happened: a write skipped because its key was
+// already applied (fencelock.outcome=rejected,
+// fencelock.reason=already_applied) or its run finished (run_finished), an
+// acquisition that found the lock held (not_acquired), a release of a lock
+// that was already lost (not_held; the loss has its own metric).
 package fencelockotel

@@ -31,13 +31,14 @@ const (
 	KeyHolder   = attribute.Key("fencelock.holder")
 	KeyKey      = attribute.Key("fencelock.key")
 	KeyWaited   = attribute.Key("fencelock.lock.waited_seconds")
+	KeyHeld     = attribute.Key("fencelock.lock.held_seconds")
 )
 
 // Observer turns fence's lock events and guard's write events into
 // metrics and spans. It implements fence.AcquireObserver,
-// fence.RenewObserver, fence.LossObserver, fence.ReleaseObserver and
-// guard.ExecObserver; one Observer can serve many clients and stores. It
-// is safe for concurrent use.
+// fence.RenewObserver, fence.LossObserver, fence.ReleaseObserver,
+// guard.ExecObserver and guard.AdvanceObserver; one Observer can serve
+// many clients and stores. It is safe for concurrent use.
 type Observer struct {
 	tracer trace.Tracer
 	names  bool
@@ -50,6 +51,7 @@ type Observer struct {
 	losses       metric.Int64Counter
 	execs        metric.Int64Counter
 	execDur      metric.Float64Histogram
+	advances     metric.Int64Counter
 }
 
 var (
@@ -58,6 +60,7 @@ var (
 	_ fence.LossObserver    = (*Observer)(nil)
 	_ fence.ReleaseObserver = (*Observer)(nil)
 	_ guard.ExecObserver    = (*Observer)(nil)
+	_ guard.AdvanceObserver = (*Observer)(nil)
 )
 
 // Bucket boundaries in seconds. A round trip to Redis or Postgres is a
@@ -114,6 +117,9 @@ func New(opts ...Option) (*Observer, error) {
 	o.execDur, err = m.Float64Histogram("fencelock.guard.exec.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of a guarded write (begin, fn, commit), by outcome."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	add(err)
+	o.advances, err = m.Int64Counter("fencelock.guard.advances", metric.WithUnit("{advance}"),
+		metric.WithDescription("Store.Advance calls by outcome and reason: committed (the claim is recorded); rejected (stale_token, read_only, lease_lost); failed."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("fencelockotel: creating instruments: %w", err)
@@ -209,14 +215,54 @@ func (o *Observer) OnLoss(ctx context.Context, e fence.LossEvent) {
 	o.hold.Record(ctx, e.Held.Seconds(), o.attrs(KeyLockName, e.Name, KeyEnd.String(end)))
 }
 
-// OnRelease implements fence.ReleaseObserver: the hold time of a lock
-// released while held (end=released). A release that finds the lock lost
-// was counted by OnLoss already.
-func (o *Observer) OnRelease(ctx context.Context, e fence.ReleaseEvent) {
-	if e.Err != nil {
-		return
+// releaseOutcome is the outcome attribute of a release: released,
+// not_held (lost, expired or released before: the loss, if any, was its
+// own event), or error (Redis did not answer, say).
+func releaseOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "released"
+	case errors.Is(err, fence.ErrNotHeld):
+		return "not_held"
 	}
-	o.hold.Record(ctx, e.Held.Seconds(), o.attrs(KeyLockName, e.Name, KeyEnd.String("released")))
+	return "error"
+}
+
+// OnRelease implements fence.ReleaseObserver: the hold time of a lock
+// released while held (end=released), and a "fence.Release" span covering
+// the call. A release that finds the lock lost was counted by OnLoss
+// already; its span says not_held, without an error status (the loss is
+// what to look at).
+func (o *Observer) OnRelease(ctx context.Context, e fence.ReleaseEvent) {
+	outcome := releaseOutcome(e.Err)
+	if outcome == "released" {
+		o.hold.Record(ctx, e.Held.Seconds(), o.attrs(KeyLockName, e.Name, KeyEnd.String("released")))
+	}
+	end := time.Now()
+	_, span := o.tracer.Start(ctx, "fence.Release", trace.WithTimestamp(end.Add(-e.Duration)),
+		trace.WithSpanKind(trace.SpanKindClient))
+	span.SetAttributes(KeyLockName.String(e.Name), KeyToken.Int64(e.Token), KeyOutcome.String(outcome),
+		KeyHeld.Float64(e.Held.Seconds()))
+	if outcome == "error" {
+		span.SetStatus(codes.Error, e.Err.Error())
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// spanError reports whether a guarded write's or claim's outcome marks its
+// span as an error: a failure, an unknown outcome, or a refusal that
+// means something is wrong (a stale holder, a lost lease, a read-only
+// database). A key already applied and a finished run are the fence
+// skipping a retry as asked: the outcome and reason attributes say so,
+// and the status stays unset.
+func spanError(outcome guard.Outcome, reason guard.Reason) bool {
+	switch {
+	case outcome == guard.Committed:
+		return false
+	case outcome == guard.Rejected && (reason == guard.ReasonAlreadyApplied || reason == guard.ReasonRunFinished):
+		return false
+	}
+	return true
 }
 
 // OnExec implements guard.ExecObserver: a count by outcome and reason,
@@ -237,7 +283,26 @@ func (o *Observer) OnExec(ctx context.Context, e guard.ExecEvent) {
 	if e.Key != "" {
 		span.SetAttributes(KeyKey.String(e.Key))
 	}
-	if e.Outcome != guard.Committed && e.Err != nil {
+	if spanError(e.Outcome, e.Reason) && e.Err != nil {
+		span.SetStatus(codes.Error, e.Err.Error())
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// OnAdvance implements guard.AdvanceObserver: a count by outcome and
+// reason, and a "guard.Advance" span covering the call.
+func (o *Observer) OnAdvance(ctx context.Context, e guard.AdvanceEvent) {
+	outcome, reason := e.Outcome.String(), string(e.Reason)
+	if reason == "" {
+		reason = "none"
+	}
+	o.advances.Add(ctx, 1, o.attrs(KeyResource, e.Resource, KeyOutcome.String(outcome), KeyReason.String(reason)))
+	end := time.Now()
+	_, span := o.tracer.Start(ctx, "guard.Advance", trace.WithTimestamp(end.Add(-e.Duration)),
+		trace.WithSpanKind(trace.SpanKindClient))
+	span.SetAttributes(KeyResource.String(e.Resource), KeyToken.Int64(e.Token), KeyHolder.String(e.Holder),
+		KeyOutcome.String(outcome), KeyReason.String(reason))
+	if spanError(e.Outcome, e.Reason) && e.Err != nil {
 		span.SetStatus(codes.Error, e.Err.Error())
 	}
 	span.End(trace.WithTimestamp(end))

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -284,6 +285,10 @@ func TestLateWriterMetricsAndSpans(t *testing.T) {
 		fencelockotel.KeyKey.String("batch-1")}), "%v", first.Attributes())
 	assert.False(t, first.StartTime().After(first.EndTime()))
 	assert.True(t, first.EndTime().Sub(first.StartTime()) > 0)
+	skipped := execs[1]
+	assert.True(t, matches(attrs(skipped), []attribute.KeyValue{outcome("rejected"), reason("already_applied"),
+		fencelockotel.KeyKey.String("batch-1")}), "%v", skipped.Attributes())
+	assert.Equal(t, codes.Unset, skipped.Status().Code, "a key already applied is a retry skipped, not an error")
 	late := execs[3]
 	assert.True(t, matches(attrs(late), []attribute.KeyValue{outcome("rejected"), reason("stale_token"),
 		fencelockotel.KeyToken.Int64(a.Token())}), "%v", late.Attributes())
@@ -335,4 +340,79 @@ func TestOptionsValidate(t *testing.T) {
 	o, err := fencelockotel.New()
 	require.NoError(t, err)
 	require.NotNil(t, o)
+}
+
+// spansNamed returns the ended spans called name, in the order they ended.
+func (e *env) spansNamed(name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range e.spans.Ended() {
+		if s.Name() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func spanAttrs(s sdktrace.ReadOnlySpan) attribute.Set { return attribute.NewSet(s.Attributes()...) }
+
+// Every release is a span under the caller's: released (with how long the
+// lock was held), not_held for a lock lost before (no error status: the
+// loss is counted apart), and the releases of Close.
+func TestReleaseSpans(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	locks := e.client(t)
+
+	parentCtx, parent := e.tp.Tracer("test").Start(ctx, "job")
+	l, err := locks.Acquire(parentCtx, "rel")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(parentCtx))
+	parent.End()
+
+	lost, err := locks.Acquire(ctx, "rel-lost", fence.WithFixedLease(30*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, e.rdb.Del(ctx, fence.DefaultPrefix+"{rel-lost}").Err())
+	require.ErrorIs(t, lost.Refresh(ctx, 30*time.Second), fence.ErrLockLost)
+	require.ErrorIs(t, lost.Release(ctx), fence.ErrNotHeld)
+
+	_, err = locks.Acquire(ctx, "rel-close")
+	require.NoError(t, err)
+	require.NoError(t, locks.Close(ctx))
+
+	spans := e.spansNamed("fence.Release")
+	require.Len(t, spans, 3)
+	first := spans[0]
+	assert.Equal(t, parent.SpanContext().SpanID(), first.Parent().SpanID(), "fence.Release is a child of the caller's span")
+	assert.True(t, matches(spanAttrs(first), []attribute.KeyValue{fencelockotel.KeyLockName.String("rel"),
+		fencelockotel.KeyToken.Int64(l.Token()), outcome("released")}), "%v", first.Attributes())
+	firstAttrs := spanAttrs(first)
+	held, ok := firstAttrs.Value(fencelockotel.KeyHeld)
+	require.True(t, ok)
+	assert.Positive(t, held.AsFloat64())
+	assert.True(t, first.EndTime().After(first.StartTime()), "the span covers the release's round trip")
+	assert.Equal(t, codes.Unset, first.Status().Code)
+	assert.Equal(t, trace.SpanKindClient, first.SpanKind())
+
+	assert.True(t, matches(spanAttrs(spans[1]), []attribute.KeyValue{fencelockotel.KeyLockName.String("rel-lost"), outcome("not_held")}), "%v", spans[1].Attributes())
+	assert.Equal(t, codes.Unset, spans[1].Status().Code, "the loss is the event; releasing a lost lock is not an error on the span")
+	assert.True(t, matches(spanAttrs(spans[2]), []attribute.KeyValue{fencelockotel.KeyLockName.String("rel-close"), outcome("released")}), "%v", spans[2].Attributes())
+}
+
+// A step of a finished run is skipped like an applied key: not a span
+// error; a stale token is.
+func TestFinishedRunIsNotASpanError(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	store := e.store(t)
+	l, err := e.client(t).Acquire(ctx, "runs")
+	require.NoError(t, err)
+	defer l.Release(ctx)
+	run := store.Run(l, "snapshot-1")
+	require.NoError(t, run.Finish(ctx))
+	require.ErrorIs(t, run.Step(ctx, "c1", insert("late")), guard.ErrRunFinished)
+
+	execs := e.spansNamed("guard.Exec")
+	require.Len(t, execs, 2)
+	assert.True(t, matches(spanAttrs(execs[1]), []attribute.KeyValue{outcome("rejected"), reason("run_finished")}), "%v", execs[1].Attributes())
+	assert.Equal(t, codes.Unset, execs[1].Status().Code)
 }
