@@ -42,7 +42,7 @@ func (d *doctor) checkRedis(ctx context.Context) (*redisConn, error) {
 
 	nodes, err := masters(ctx, rc)
 	if err != nil {
-		d.fail("redis.cluster", "cannot list the masters: "+oneLine(err), "check CLUSTER SHARDS / CLUSTER NODES on any node")
+		d.fail("redis.cluster", "cannot list the masters: "+oneLine(err), d.redisFix(rc, err, "check CLUSTER SHARDS / CLUSTER NODES on any node"))
 		return rc, nil
 	}
 	for _, n := range nodes {
@@ -52,25 +52,40 @@ func (d *doctor) checkRedis(ctx context.Context) (*redisConn, error) {
 			// A master that does not answer gets one line, not one per check.
 			// HELLO, not PING: every user may run it.
 			if err := n.Do(ctx, "HELLO").Err(); err != nil {
+				if e := redisFailure("Redis", rc.src, rc.user, rc.prefix, rc.timeout, err); e != nil &&
+					(e.kind == kindCredentials || e.kind == kindPermission) {
+					// It answers, and refuses the login the seed took.
+					d.fail("redis.cluster", nodeLabel(label)+"a master that refuses the login: "+e.reply(), e.Fix()+" (every node needs the same user)")
+					continue
+				}
 				d.fail("redis.cluster", nodeLabel(label)+"a master that does not answer: "+oneLine(err),
 					"bring it back, or fail it over to a replica (CLUSTER FAILOVER on the replica)")
 				continue
 			}
-			d.checkClusterState(ctx, n, label)
+			d.checkClusterState(ctx, rc, n, label)
 		} else if rc.role == "replica" || rc.role == "slave" {
 			replica = true
 			d.fail("redis.role", "this server is a replica: it refuses writes, and locks must be taken on the master",
-				"point --redis (and your applications) at the master")
+				"point "+rc.src.where()+" (and your applications) at the master")
 		}
 		d.checkEviction(ctx, n, label)
 		d.checkPersistence(ctx, n, label)
 		if !replica {
 			d.checkReplicas(ctx, n, label, rc.user)
 		}
-		d.checkClock(ctx, n, label)
+		d.checkClock(ctx, rc, n, label)
 		d.checkACL(ctx, rc, n, label)
 	}
 	return rc, nil
+}
+
+// redisFix is the fix for err from a node: the one its cause calls for
+// (the network, the login, a missing permission), else fallback.
+func (d *doctor) redisFix(rc *redisConn, err error, fallback string) string {
+	if e := redisFailure("Redis", rc.src, rc.user, rc.prefix, rc.timeout, err); e != nil {
+		return e.Fix()
+	}
+	return fallback
 }
 
 func orUnknown(s string) string {
@@ -106,10 +121,16 @@ func masters(ctx context.Context, rc *redisConn) ([]*redis.Client, error) {
 	return out, err
 }
 
-func (d *doctor) checkClusterState(ctx context.Context, n *redis.Client, label string) {
+func (d *doctor) checkClusterState(ctx context.Context, rc *redisConn, n *redis.Client, label string) {
 	info, err := n.ClusterInfo(ctx).Result()
+	if isNoPerm(err) {
+		// fence does not need CLUSTER INFO; only this check does.
+		d.warn("redis.cluster", nodeLabel(label)+"cluster state not checked: CLUSTER INFO refused ("+oneLine(err)+")",
+			fmt.Sprintf("ACL SETUSER %s +cluster|info (on every node) to let doctor check it, or run doctor as an admin user", rc.user))
+		return
+	}
 	if err != nil {
-		d.fail("redis.cluster", nodeLabel(label)+"CLUSTER INFO: "+oneLine(err), "check the node's logs")
+		d.fail("redis.cluster", nodeLabel(label)+"CLUSTER INFO: "+oneLine(err), d.redisFix(rc, err, "check the node's logs"))
 		return
 	}
 	f := infoFields(info)
@@ -216,11 +237,11 @@ func (d *doctor) checkReplicas(ctx context.Context, n *redis.Client, label, user
 	d.ok("redis.replicas", ev)
 }
 
-func (d *doctor) checkClock(ctx context.Context, n *redis.Client, label string) {
+func (d *doctor) checkClock(ctx context.Context, rc *redisConn, n *redis.Client, label string) {
 	before := time.Now()
 	t, err := n.Time(ctx).Result()
 	if err != nil {
-		d.fail("redis.clock", nodeLabel(label)+"TIME: "+oneLine(err), "allow TIME to the user: the acquire script reads it")
+		d.fail("redis.clock", nodeLabel(label)+"TIME, which the acquire script reads: "+oneLine(err), d.redisFix(rc, err, "check the node's logs"))
 		return
 	}
 	local := before.Add(time.Since(before) / 2)

@@ -279,3 +279,37 @@ func newLocksPrefix(t *testing.T, r *testenv.Redis, prefix string) *fence.Client
 	t.Cleanup(func() { _ = locks.Close(context.Background()) })
 	return locks
 }
+
+// On a cluster, the README's line plus its cluster additions, set on every
+// node, is enough for fencectl too: inspect follows the slot map (CLUSTER
+// SLOTS) and doctor finds nothing missing on any master.
+func TestREADMEACLUserCluster(t *testing.T) {
+	ctx := ctxT(t)
+	c := testenv.NewRedisCluster(t, testenv.WithMasters(2), testenv.WithReplicas(0))
+	line, extra := docsACLLine(t, redisSecret)
+	for _, n := range c.Nodes {
+		require.NoError(t, n.Client().Do(ctx, append(append([]any{"ACL", "SETUSER"}, line...), extra...)...).Err())
+	}
+	u := "redis://app:" + redisSecret + "@" + c.Nodes[0].Addr
+	far := nameOn(t, c, c.Nodes[1], "fence:")
+
+	code, out, errOut := fencectlProc(t, nil, "locks", "inspect", far, "--redis", u, "-o", "json")
+	require.Equal(t, exitOK, code, out+errOut)
+	assert.Contains(t, out, `"name": "`+far+`"`)
+
+	code, out, errOut = fencectlProc(t, nil, "doctor", "--redis", u)
+	assert.Equal(t, exitOK, code, out+errOut)
+	assert.Empty(t, verdicts(out)["FAIL"], out)
+	assert.Equal(t, 2, strings.Count(out, `user "app" may run every command fence uses`), out)
+	requireNoSecret(t, redisSecret, out, errOut)
+
+	// A node without the user: doctor says it refuses the login, not that
+	// it is down.
+	require.NoError(t, c.Nodes[1].Client().Do(ctx, "ACL", "DELUSER", "app").Err())
+	code, out, errOut = fencectlProc(t, nil, "doctor", "--redis", u)
+	assert.Equal(t, exitFailed, code, out+errOut)
+	assert.Equal(t, []string{"redis.cluster"}, verdicts(out)["FAIL"], out)
+	assert.Contains(t, out, "node "+c.Nodes[1].Addr+": a master that refuses the login: WRONGPASS")
+	assert.Contains(t, out, `fix: check user "app" and its password in the address (--redis)`)
+	assert.NotContains(t, out, "does not answer")
+}
