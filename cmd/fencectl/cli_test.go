@@ -29,6 +29,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"locks", "inspect", "x", "--db", "y"}, "unknown flag: --db"},
 		{[]string{"locks", "inspect", "x", "-o", "yaml", "--redis", "127.0.0.1:1"}, `-o "yaml": want table or json`},
 		{[]string{"locks", "release", "x", "--redis", "127.0.0.1:1"}, "add --force"},
+		{[]string{"migrate", "down", "--db", "127.0.0.1:1"}, "add --force"},
+		{[]string{"locks", "list", "a", "b"}, "accepts at most 1 arg"},
+		{[]string{"locks", "release", "a", "b", "--force"}, "accepts 1 arg"},
+		{[]string{"migrate", "up", "now"}, `unknown command "now"`},
 		{[]string{"locks", "inspect", "x", "--redis", "redis://127.0.0.1:notaport"}, "Redis address redis://127.0.0.1:notaport"},
 		{[]string{"runs", "prune"}, "give --older-than AGE"},
 		{[]string{"keys", "prune", "--older-than", "soon"}, `--older-than "soon": want a duration`},
@@ -54,6 +58,8 @@ func TestHelpPerCommand(t *testing.T) {
 		{[]string{"migrate", "-h"}, []string{"up", "down", "status"}, []string{"--redis"}},
 		{[]string{"migrate", "status", "--help"}, []string{"--db", "--output"}, []string{"--redis"}},
 		{[]string{"locks", "inspect", "-h"}, []string{"--redis", "--prefix", "--output"}, []string{"--db"}},
+		{[]string{"locks", "list", "-h"}, []string{"--redis", "--prefix", "--output", "PATTERN", "SCAN"}, []string{"--db"}},
+		{[]string{"migrate", "down", "-h"}, []string{"--force", "--yes", "--unprotect", "--db"}, []string{"--redis", "--output"}},
 		{[]string{"locks", "release", "-h"}, []string{"--force", "--yes", "--redis"}, []string{"--db", "--output"}},
 		// The address forms in help are shown whole, not mistaken for a URL
 		// with a password and masked.

@@ -80,7 +80,7 @@ Tokens: for every fenced resource, the database's high-water mark against
 the Redis counter and clock: a mark ahead of both means every new holder
 is rejected ('fencectl tokens repair').`,
 		Example: "  fencectl doctor --redis 127.0.0.1:6379 --db postgres://app@db:5432/app\n  fencectl doctor -o json",
-		Args:    cobra.NoArgs,
+		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.checkOutput(); err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/spf13/cobra"
 )
 
 // usageError is a mistake in the command line: exit 2 and a pointer to help.
@@ -288,3 +289,14 @@ func (e *schemaMissingError) Fix() string {
 }
 
 func (e *schemaMissingError) Unwrap() error { return errSchemaMissing }
+
+// usageArgs makes cobra's argument-count errors usage errors (exit 2 and
+// a pointer to help), like every other command-line mistake.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return &usageError{msg: err.Error()}
+		}
+		return nil
+	}
+}

@@ -59,7 +59,7 @@ lock, and only guard (the database) stops its writes. Hence --force, and a
 confirmation unless --yes. The lock is deleted only if it still has the
 holder and token shown.`,
 		Example: "  fencectl locks release stock-sync:eu --force\n  fencectl locks release stock-sync:eu --force --yes",
-		Args:    cobra.ExactArgs(1),
+		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := needNames("lock NAME", args); err != nil {
 				return err

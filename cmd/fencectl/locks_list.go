@@ -26,7 +26,7 @@ SCAN is an operator's command: the application's Redis user does not need
 it, and ACL key patterns do not limit what it shows. Run list as a user
 that may SCAN (ACL SETUSER <user> +scan).`,
 		Example: "  fencectl locks list --redis 127.0.0.1:6379\n  fencectl locks list 'stock-sync:*' -o json",
-		Args:    cobra.MaximumNArgs(1),
+		Args:    usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pattern := "*"
 			if len(args) == 1 {

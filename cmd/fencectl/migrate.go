@@ -25,7 +25,7 @@ func (a *app) migrateCmd() *cobra.Command {
 none was pending. A schema installed without the version table (the goose
 CLI without -table) is recorded, not changed. Two processes migrating at
 once take turns.`,
-		Args: cobra.NoArgs,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := a.openSessionDB(cmd.Context())
 			if err != nil {
@@ -49,7 +49,7 @@ Hence --force, a summary of what is dropped, and a confirmation unless
 them; --unprotect drops their triggers too (they then accept unfenced
 writes).`,
 		Example: "  fencectl migrate down --force --db \"$DATABASE_URL\"\n  fencectl migrate down --force --yes --unprotect",
-		Args:    cobra.NoArgs,
+		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !force {
 				return usageErrorf("down drops schema fencelock with every token, applied key and run (guarded writers fail until 'migrate up'): add --force")
@@ -68,7 +68,7 @@ writes).`,
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "List the fencelock migrations and whether each is applied",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.checkOutput(); err != nil {
 				return err

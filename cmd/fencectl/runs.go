@@ -14,7 +14,7 @@ func (a *app) runsCmd() *cobra.Command {
 		Use:     "list",
 		Short:   "List resumable runs: resource, run key, token, cursor, finished",
 		Example: "  fencectl runs list --state open\n  fencectl runs list --resource stock-sync:eu -o json",
-		Args:    cobra.NoArgs,
+		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.checkOutput(); err != nil {
 				return err
@@ -110,7 +110,7 @@ func (a *app) pruneCmd(group, what, long, del, count string) *cobra.Command {
 		Short:   "Delete " + what + " older than AGE",
 		Long:    long,
 		Example: "  fencectl " + group + " prune --older-than 30d\n  fencectl " + group + " prune --older-than 720h --dry-run",
-		Args:    cobra.NoArgs,
+		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if olderThan == "" {
 				return usageErrorf("give --older-than AGE (e.g. 30d): there is no default, since a retry after its %s is pruned is applied again", what)
