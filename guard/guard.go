@@ -317,6 +317,13 @@ func NewClaim(lease Lease) (Claim, error) {
 	return c, nil
 }
 
+// LeaseLost returns nil while lease holds (or cannot tell: it has no
+// Done method), else a *LeaseLostError with the lease's cause and err
+// (what the loss ended, or nil). Stores' calls of their own on a lease
+// (such as Advance) use it to refuse a lost, released or closed lease as
+// Exec refuses it.
+func LeaseLost(lease Lease, err error) error { return leaseLost(lease, err) }
+
 // leaseLost is the fast path: a lease that says it is lost does not start
 // or commit a transaction. It returns nil while the lease holds, else a
 // *LeaseLostError with the lease's cause and err (what the loss ended, or

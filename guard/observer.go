@@ -152,6 +152,19 @@ func WithObserver(o Observer) Option {
 	}
 }
 
+// WithLogger logs this Exec call's outcome to l, one line (see
+// [NewLogObserver]); the stores' WithLogger does it for every call. l
+// must not be nil.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: WithLogger(nil): pass a logger, or omit the option", ErrInvalidOption)
+		}
+		c.observers = append(c.observers[:len(c.observers):len(c.observers)], NewLogObserver(l))
+		return nil
+	}
+}
+
 func isObserver(o Observer) bool {
 	_, ok := o.(ExecObserver)
 	return ok
@@ -222,8 +235,8 @@ func report(ctx context.Context, obs []ExecObserver, c Claim, start time.Time, r
 	}
 }
 
-// NewLogObserver returns an observer that logs every Exec to l, one line
-// each: committed at Debug, rejected and failed at Warn (a rejection is
+// NewLogObserver returns the observer that [WithLogger] and the stores'
+// WithLogger install: it logs every Exec to l, one line each: committed at Debug, rejected and failed at Warn (a rejection is
 // the fence doing its job, but someone should know a holder went stale),
 // unknown outcomes at Error; durations as durations. A nil l is
 // slog.Default().

@@ -266,3 +266,28 @@ func TestLogObserver(t *testing.T) {
 	_, err = time.ParseDuration(took)
 	assert.NoError(t, err, "took=%s is a duration", took)
 }
+
+// WithLogger, per call and per store, installs the log observer; nil is an
+// invalid option.
+func TestWithLogger(t *testing.T) {
+	pool, _, ctx := setup(t)
+	var buf bytes.Buffer
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s, err := pgfence.New(pool, pgfence.WithLogger(l))
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, s, newLease("wl", 2), insert)
+	require.NoError(t, err)
+	plain, err := pgfence.New(pool)
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, plain, newLease("wl", 1), insert, guard.WithLogger(l))
+	require.ErrorIs(t, err, guard.ErrStaleToken)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 2, buf.String())
+	assert.Contains(t, lines[0], `msg="guard: committed" resource=wl token=2`)
+	assert.Contains(t, lines[1], `msg="guard: rejected, nothing written" resource=wl token=1 reason=stale_token`)
+
+	_, err = guard.Exec(ctx, plain, newLease("wl", 3), insert, guard.WithLogger(nil))
+	require.ErrorIs(t, err, guard.ErrInvalidOption)
+	_, err = pgfence.New(pool, pgfence.WithLogger(nil))
+	require.ErrorIs(t, err, guard.ErrInvalidOption)
+}

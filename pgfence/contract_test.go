@@ -23,6 +23,7 @@ func TestContract(t *testing.T) {
 		Run: func(s guard.Store[pgx.Tx], l guard.Lease, key string) guardtest.Runner[pgx.Tx] {
 			return s.(*pgfence.Store).Run(l, key)
 		},
+		CommitQueue: true,
 	})
 }
 
@@ -79,6 +80,7 @@ func TestContractPgBouncer(t *testing.T) {
 		Run: func(s guard.Store[pgx.Tx], l guard.Lease, key string) guardtest.Runner[pgx.Tx] {
 			return s.(*pgfence.Store).Run(l, key)
 		},
+		CommitQueue: true,
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -84,15 +85,15 @@ func textOrNull(s string) []byte {
 
 // values builds the parameters once per transaction. open checks the run
 // only for a step: finishing a finished run is a no-op, not an error.
-func (s *Store) values(c guard.Claim, run runOp) claimValues {
+func (s *Store) values(c guard.Claim, run pgcore.RunOp) claimValues {
 	resource, token, holder := []byte(c.Resource), strconv.AppendInt(nil, c.Token, 10), []byte(c.Holder)
 	key := textOrNull(c.Key)
 	var openRun, runKey, cursor, finish []byte
 	switch {
-	case run.finish:
-		runKey, finish = []byte(run.key), []byte("t")
-	case run.key != "":
-		openRun, runKey, cursor, finish = []byte(run.key), []byte(run.key), []byte(run.cursor), []byte("f")
+	case run.Finish:
+		runKey, finish = []byte(run.Key), []byte("t")
+	case run.Key != "":
+		openRun, runKey, cursor, finish = []byte(run.Key), []byte(run.Key), []byte(run.Cursor), []byte("f")
 	default:
 		finish = []byte("f")
 	}

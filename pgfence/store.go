@@ -2,9 +2,7 @@ package pgfence
 
 import (
 	"context"
-	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/pgcore"
@@ -29,19 +27,20 @@ var (
 	_ DB = (*pgxpool.Pool)(nil)
 	_ DB = (*pgx.Conn)(nil)
 
-	_ guard.Store[pgx.Tx] = (*Store)(nil)
-	_ guard.ErrorMapper   = (*Store)(nil)
-	_ guard.Store[pgx.Tx] = runStore{}
-	_ guard.ErrorMapper   = runStore{}
+	_ guard.Store[pgx.Tx]      = (*Store)(nil)
+	_ guard.ErrorMapper        = (*Store)(nil)
+	_ guard.ObservedStore      = (*Store)(nil)
+	_ pgcore.BeginFunc[pgx.Tx] = (*Store)(nil).beginOp
 )
 
 // Store is the Postgres backend of guard: *Store implements
 // guard.Store[pgx.Tx]. It is safe for concurrent use when its DB is (a
 // pool is). Create it with New.
 type Store struct {
-	db          DB
-	lockTimeout time.Duration
-	idleTimeout time.Duration
+	db DB
+	// core holds the options, the claim cache, and runs, Advance and
+	// Prune (internal/pgcore, shared with sqlfence).
+	core pgcore.Core
 	// openSQL is sqlOpen with the settings of the options, whose text
 	// values follow open's parameters (nil when unset).
 	openSQL         string
@@ -51,11 +50,6 @@ type Store struct {
 	// whether to prepare them on direct connections (see prepare.go).
 	stAdvance, stBegin, stOpen, stClose, stCommit sqlStmt
 	prepare                                       bool
-	// adv lets a transaction skip advance when this Store has already
-	// seen its claim stored.
-	adv pgcore.Cache
-	// observers are reported every Exec through the Store (WithObserver).
-	observers []guard.Observer
 }
 
 // New returns a Store over db. The fencelock schema must be installed
@@ -76,23 +70,20 @@ func New(db DB, opts ...Option) (*Store, error) {
 			return nil, errNilDB
 		}
 	}
-	s := &Store{db: db, prepare: true}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil Option", guard.ErrInvalidOption)
-		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
+	s := &Store{db: db}
+	if err := pgcore.Apply(&s.core.Settings, opts); err != nil {
+		return nil, err
 	}
-	if s.lockTimeout > 0 {
-		s.lockTimeoutText = strconv.AppendInt(nil, s.lockTimeout.Milliseconds(), 10)
+	s.core.Driver, s.core.Autocommits, s.prepare = driver{db}, s.autocommits, !s.core.Unprepared
+	lockTimeout, idleTimeout := s.core.LockTimeout, s.core.IdleTimeout
+	if lockTimeout > 0 {
+		s.lockTimeoutText = strconv.AppendInt(nil, lockTimeout.Milliseconds(), 10)
 	}
-	if s.idleTimeout > 0 {
-		s.idleTimeoutText = strconv.AppendInt(nil, s.idleTimeout.Milliseconds(), 10)
+	if idleTimeout > 0 {
+		s.idleTimeoutText = strconv.AppendInt(nil, idleTimeout.Milliseconds(), 10)
 	}
 	var params int
-	s.openSQL, params = openSQL(s.lockTimeout > 0, s.idleTimeout > 0)
+	s.openSQL, params = openSQL(lockTimeout > 0, idleTimeout > 0)
 	s.stAdvance = newSQLStmt("advance", sqlAdvance, advanceOIDs)
 	s.stBegin = newSQLStmt("begin", sqlBegin, nil)
 	s.stOpen = newSQLStmt("open", s.openSQL, openOIDs[:params])
@@ -109,23 +100,16 @@ func New(db DB, opts ...Option) (*Store, error) {
 // fence and records the key (fencelock.close) and commits, in one round
 // trip. Use it through guard.Exec.
 func (s *Store) Begin(ctx context.Context, c guard.Claim) (guard.Txn[pgx.Tx], error) {
-	t, err := s.begin(ctx, c, runOp{})
+	return s.beginOp(ctx, c, pgcore.RunOp{})
+}
+
+// beginOp is Begin for a run's step or finish too.
+func (s *Store) beginOp(ctx context.Context, c guard.Claim, op pgcore.RunOp) (guard.Txn[pgx.Tx], error) {
+	t, err := s.begin(ctx, c, op)
 	if err != nil {
 		return nil, err
 	}
 	return t, nil
-}
-
-// MapError is MapError as a method, so that guard.Exec translates the
-// errors fn returns (guard.ErrorMapper).
-func (s *Store) MapError(err error) error { return mapError(err) }
-
-// runOp is what a transaction does to a resumable run: none (key ""),
-// move its cursor, or finish it.
-type runOp struct {
-	key    string
-	cursor string
-	finish bool
 }
 
 // autocommits reports whether a statement s.db.Exec runs outside a

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -91,6 +92,22 @@ type fnTx struct {
 	conn *pgx.Conn
 	// savepoints numbers the savepoints of Begin.
 	savepoints int64
+	// queue holds what pgcore.OnCommit queued for the commit.
+	queue pgcore.CommitQueue
+}
+
+// CommitQueue implements pgcore.Queuer: statements queued with
+// pgcore.OnCommit go out in the commit's round trip.
+func (t *fnTx) CommitQueue() *pgcore.CommitQueue { return &t.queue }
+
+// EncodeArgs implements pgcore.Encoder: a queued statement's arguments in
+// text format, with types left to the server (pgx's QueryExecModeExec).
+func (t *fnTx) EncodeArgs(args []any) (any, error) {
+	var eqb pgx.ExtendedQueryBuilder
+	if err := eqb.Build(t.conn.TypeMap(), nil, args); err != nil {
+		return nil, err
+	}
+	return eqb.ParamValues, nil
 }
 
 // Begin starts a pseudo-nested transaction: a savepoint, whose Commit
@@ -104,7 +121,7 @@ func (t *fnTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if _, err := t.q.Exec(ctx, "SAVEPOINT sp_"+strconv.FormatInt(n, 10)); err != nil {
 		return nil, err
 	}
-	return &savepoint{stmts: stmts{q: t}, tx: t, n: n}, nil
+	return &savepoint{stmts: stmts{q: t}, tx: t, n: n, mark: t.queue.Len()}, nil
 }
 
 // Commit returns guard.ErrTxOwned: return nil from fn to commit.
@@ -132,6 +149,18 @@ type savepoint struct {
 	stmts // q is the fnTx: closed when either is
 	tx    *fnTx
 	n     int64
+	// mark is how many statements were queued for the commit when the
+	// savepoint began: its rollback drops those queued since.
+	mark int
+}
+
+// CommitQueue implements pgcore.Queuer: the transaction's queue, or nil
+// once the savepoint is released or rolled back.
+func (sp *savepoint) CommitQueue() *pgcore.CommitQueue {
+	if sp.closed {
+		return nil
+	}
+	return &sp.tx.queue
 }
 
 func (sp *savepoint) Begin(ctx context.Context) (pgx.Tx, error) {
@@ -158,6 +187,9 @@ func (sp *savepoint) Rollback(ctx context.Context) error {
 	}
 	_, err := sp.Exec(ctx, "ROLLBACK TO SAVEPOINT sp_"+strconv.FormatInt(sp.n, 10))
 	sp.closed = true
+	if err == nil {
+		sp.tx.queue.Truncate(sp.mark)
+	}
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,15 +47,15 @@ type txn struct {
 func (t *txn) Tx() pgx.Tx { return t.tx }
 
 // begin opens a checked transaction for c (and a run's step or finish).
-func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, error) {
-	if err := checkClaim(c); err != nil {
+func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*txn, error) {
+	if err := pgcore.CheckClaim(c); err != nil {
 		return nil, err
 	}
 	v := s.values(c, run)
 	// Once this Store has seen the claim stored it sends no advance at
 	// all (see pgcore.Cache); when the token is already stored, advance only
 	// reads; when it is stale it fails, and so does open.
-	advance := !s.adv.Has(c.Resource, c.Token, c.Holder)
+	advance := !s.core.Claims.Has(c.Resource, c.Token, c.Holder)
 	cache := advance && s.autocommits()
 	var (
 		t      *txn
@@ -75,7 +76,7 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, erro
 	}
 	if cache && advance && advErr == nil && (err == nil || errors.Is(err, guard.ErrAlreadyApplied)) {
 		// advance committed: the token is stored.
-		s.adv.Add(c.Resource, c.Token, c.Holder)
+		s.core.Claims.Add(c.Resource, c.Token, c.Holder)
 	}
 	return t, err
 }
@@ -146,7 +147,7 @@ func (s *Store) beginOnConn(ctx context.Context, conn *pgx.Conn, v claimValues, 
 	case o.skipped || b.skipped:
 		return fail(errUnexpected)
 	}
-	return &txn{s: s, tx: &fnTx{stmts: stmts{q: conn}, conn: conn}, conn: conn, closeVals: v.close, named: named, release: release}, nil, nil
+	return &txn{s: s, tx: newFnTx(conn, conn), conn: conn, closeVals: v.close, named: named, release: release}, nil, nil
 }
 
 // beginGeneric is the begin for a DB other than a pool or a conn: advance,
@@ -182,11 +183,18 @@ func (s *Store) beginGeneric(ctx context.Context, v claimValues, advance bool) (
 		}
 		return nil, nil, mapError(err)
 	}
-	return &txn{s: s, tx: &fnTx{stmts: stmts{q: tx}, conn: tx.Conn()}, inner: tx, closeVals: v.close, release: func() {}}, nil, nil
+	return &txn{s: s, tx: newFnTx(tx, tx.Conn()), inner: tx, closeVals: v.close, release: func() {}}, nil, nil
+}
+
+// newFnTx is fn's tx over q, on conn.
+func newFnTx(q querier, conn *pgx.Conn) *fnTx {
+	t := &fnTx{stmts: stmts{q: q}, conn: conn}
+	t.queue.Encoder = t
+	return t
 }
 
 // Commit claims the fence and commits, in one round trip on a pool or a
-// conn: close, then COMMIT. If the claim is refused, Postgres skips the
+// conn: the statements queued with pgcore.OnCommit, close, then COMMIT. If the claim is refused, Postgres skips the
 // COMMIT and the transaction is left aborted; it is rolled back (one more
 // round trip, on this failure path only) and the refusal returned, mapped.
 // If fn ended the transaction itself, nothing is sent and the error says
@@ -198,16 +206,29 @@ func (t *txn) Commit(ctx context.Context) error {
 	}
 	t.ended = true
 	t.tx.closed = true
+	queued := t.tx.queue.Take()
 	defer t.release()
 	if err := t.stillOpen(); err != nil {
 		t.rollback(ctx)
 		return err
 	}
 	if t.conn == nil {
-		return t.commitGeneric(ctx)
+		return t.commitGeneric(ctx, queued)
 	}
 	pc := t.conn.PgConn()
-	res, sent, err := pipeline(ctx, pc, []stmt{t.s.stClose.bind(t.closeVals, t.named), t.s.stCommit.bind(nil, t.named)})
+	seg := make([]stmt, 0, len(queued)+2)
+	for _, q := range queued {
+		seg = append(seg, stmt{sql: q.SQL, vals: q.Encoded.([][]byte)})
+	}
+	seg = append(seg, t.s.stClose.bind(t.closeVals, t.named), t.s.stCommit.bind(nil, t.named))
+	res, sent, err := pipeline(ctx, pc, seg)
+	if err == nil {
+		if qerr := queuedError(res[0][:len(queued)], queued); qerr != nil {
+			rollbackConn(ctx, t.conn)
+			return qerr
+		}
+		res[0] = res[0][len(queued):]
+	}
 	if err == nil && t.named && missingStatement(res) {
 		// fn dropped pgfence's prepared statements (DEALLOCATE ALL): the
 		// transaction failed, nothing of it commits.
@@ -219,6 +240,12 @@ func (t *txn) Commit(ctx context.Context) error {
 	}
 	if err != nil {
 		rollbackConn(ctx, t.conn)
+		if len(res) > 0 {
+			if qerr := queuedError(res[0][:len(queued)], queued); qerr != nil {
+				return qerr
+			}
+			res[0] = res[0][len(queued):]
+		}
 		switch {
 		case len(res) > 0 && res[0][0].err != nil:
 			// The claim was refused before the connection went: COMMIT
@@ -245,6 +272,17 @@ func (t *txn) Commit(ctx context.Context) error {
 	return nil
 }
 
+// queuedError is the error of the first queued statement that failed, or
+// nil: the transaction is then aborted and nothing of it commits.
+func queuedError(res []stmtResult, queued []pgcore.Queued) error {
+	for i, r := range res {
+		if r.err != nil {
+			return fmt.Errorf("pgfence: statement %d of %d queued for the commit failed, nothing was committed: %w", i+1, len(queued), mapError(r.err))
+		}
+	}
+	return nil
+}
+
 // firstErr is the first server error among res.
 func firstErr(res [][]stmtResult) error {
 	for _, seg := range res {
@@ -257,7 +295,13 @@ func firstErr(res [][]stmtResult) error {
 	return nil
 }
 
-func (t *txn) commitGeneric(ctx context.Context) error {
+func (t *txn) commitGeneric(ctx context.Context, queued []pgcore.Queued) error {
+	for i, q := range queued {
+		if _, err := t.inner.Exec(ctx, q.SQL, append([]any{pgx.QueryExecModeExec}, q.Args...)...); err != nil {
+			_ = rollbackTx(ctx, t.inner)
+			return fmt.Errorf("pgfence: statement %d of %d queued for the commit failed, nothing was committed: %w", i+1, len(queued), mapError(err))
+		}
+	}
 	if _, err := t.inner.Exec(ctx, sqlClose, args(t.closeVals, closeOIDs)...); err != nil {
 		_ = rollbackTx(ctx, t.inner)
 		return t.closeError(err)
@@ -317,6 +361,7 @@ func (t *txn) Rollback(ctx context.Context) error {
 	}
 	t.ended = true
 	t.tx.closed = true
+	t.tx.queue.Take()
 	defer t.release()
 	if conn := t.tx.conn; conn != nil && !conn.IsClosed() && conn.PgConn().TxStatus() == 'I' {
 		t.rollback(ctx)

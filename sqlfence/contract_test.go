@@ -23,6 +23,7 @@ func Harness(driver string) guardtest.Harness[*sql.Tx] {
 		Run: func(s guard.Store[*sql.Tx], l guard.Lease, key string) guardtest.Runner[*sql.Tx] {
 			return s.(*sqlfence.Store).Run(l, key)
 		},
+		CommitQueue: true,
 	}
 }
 

@@ -22,7 +22,3 @@ func mapError(err error) error { return pgcore.Map(err) }
 // guard.ErrRunFinished, 25006 guard.ErrReadOnly. Other errors are returned
 // unchanged.
 func MapError(err error) error { return mapError(err) }
-
-// MapError is MapError as a method, so that guard.Exec translates the
-// errors fn returns (guard.ErrorMapper).
-func (s *Store) MapError(err error) error { return mapError(err) }

@@ -8,27 +8,26 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/pgcore"
 )
 
 var (
-	_ guard.Store[*sql.Tx] = (*Store)(nil)
-	_ guard.ErrorMapper    = (*Store)(nil)
+	_ guard.Store[*sql.Tx]      = (*Store)(nil)
+	_ guard.ErrorMapper         = (*Store)(nil)
+	_ guard.ObservedStore       = (*Store)(nil)
+	_ pgcore.BeginFunc[*sql.Tx] = (*Store)(nil).beginOp
 )
 
 // Store is the database/sql backend of guard: *Store implements
 // guard.Store[*sql.Tx] over a *sql.DB of any Postgres driver. It is safe
 // for concurrent use. Create it with New.
 type Store struct {
-	db          *sql.DB
-	lockTimeout time.Duration
-	idleTimeout time.Duration
-	// adv lets a transaction skip advance when this Store has already
-	// seen its claim stored.
-	adv pgcore.Cache
+	db *sql.DB
+	// core holds the options, the claim cache, and runs, Advance and
+	// Prune (internal/pgcore, shared with pgfence).
+	core pgcore.Core
 	// open is the check statement, with the timeouts.
 	open string
 	// openColumns is the number of columns openQuery returns.
@@ -36,8 +35,6 @@ type Store struct {
 	// nonce marks the transactions this Store opens (see txn.Commit).
 	nonce  string
 	serial atomic.Uint64
-	// observers are reported every Exec through the Store (WithObserver).
-	observers []guard.Observer
 }
 
 // New returns a Store over db, a *sql.DB opened with a Postgres driver
@@ -52,19 +49,15 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	s := &Store{db: db, nonce: hex.EncodeToString(b[:])}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil Option", guard.ErrInvalidOption)
-		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
+	if err := pgcore.Apply(&s.core.Settings, opts); err != nil {
+		return nil, err
 	}
+	s.core.Driver = driver{db}
 	s.open, s.openColumns = s.openQuery(), 3
-	if s.lockTimeout > 0 {
+	if s.core.LockTimeout > 0 {
 		s.openColumns++
 	}
-	if s.idleTimeout > 0 {
+	if s.core.IdleTimeout > 0 {
 		s.openColumns++
 	}
 	return s, nil
@@ -78,19 +71,16 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 // read-only database fails before fn runs. The transaction's Commit claims
 // the fence and records the key (fencelock.close), then COMMITs.
 func (s *Store) Begin(ctx context.Context, c guard.Claim) (guard.Txn[*sql.Tx], error) {
-	t, err := s.begin(ctx, c, runOp{})
+	return s.beginOp(ctx, c, pgcore.RunOp{})
+}
+
+// beginOp is Begin for a run's step or finish too.
+func (s *Store) beginOp(ctx context.Context, c guard.Claim, op pgcore.RunOp) (guard.Txn[*sql.Tx], error) {
+	t, err := s.begin(ctx, c, op)
 	if err != nil {
 		return nil, err
 	}
 	return t, nil
-}
-
-// runOp is what a transaction does to a resumable run: none (key ""),
-// move its cursor, or finish it.
-type runOp struct {
-	key    string
-	cursor string
-	finish bool
 }
 
 // The statements, parameterized. database/sql gives fn a *sql.Tx only
@@ -100,15 +90,11 @@ type runOp struct {
 // after BEGIN and right before COMMIT.
 const (
 	advanceSQL = "SELECT fencelock.advance($1, $2, $3)"
-	// openSQL checks (open), reads whether the transaction may write, and
-	// marks the transaction with the Store's nonce for the commit; the
-	// timeouts, when set, ride along (set_config local = SET LOCAL).
-	openSQL = "SELECT fencelock.open($1, $2, $3, $4, $5), " + readOnlySQL + ", pg_catalog.set_config('sqlfence.tx', $6, true)"
-	// readOnlySQL is 'on' when the database does not accept writes: the
-	// transaction is read-only (a hot standby, or the default), or the
-	// default says so while the driver began READ WRITE explicitly (lib/pq
-	// always does): the database's setting is honoured either way.
-	readOnlySQL = "CASE WHEN pg_catalog.pg_is_in_recovery() THEN 'standby' WHEN pg_catalog.current_setting('default_transaction_read_only') = 'on' THEN 'default' WHEN pg_catalog.current_setting('transaction_read_only') = 'on' THEN 'transaction' ELSE '' END"
+	// openSQL checks (open), reads whether the transaction may write
+	// (pgcore.ReadOnlySQL), and marks the transaction with the Store's
+	// nonce for the commit; the timeouts, when set, ride along (set_config
+	// local = SET LOCAL).
+	openSQL = "SELECT fencelock.open($1, $2, $3, $4, $5), " + pgcore.ReadOnlySQL + ", pg_catalog.set_config('sqlfence.tx', $6, true)"
 	// closeSQL claims, records the key and the run, but only in the
 	// transaction open marked: after a COMMIT or ROLLBACK sent by fn
 	// through the Tx, the statement would run in a transaction of its own
@@ -120,11 +106,11 @@ const (
 // openQuery is openSQL with the Store's timeouts (built once, by New).
 func (s *Store) openQuery() string {
 	q := openSQL
-	if s.lockTimeout > 0 {
-		q += ", pg_catalog.set_config('lock_timeout', '" + strconv.FormatInt(s.lockTimeout.Milliseconds(), 10) + "', true)"
+	if s.core.LockTimeout > 0 {
+		q += ", pg_catalog.set_config('lock_timeout', '" + strconv.FormatInt(s.core.LockTimeout.Milliseconds(), 10) + "', true)"
 	}
-	if s.idleTimeout > 0 {
-		q += ", pg_catalog.set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(s.idleTimeout.Milliseconds(), 10) + "', true)"
+	if s.core.IdleTimeout > 0 {
+		q += ", pg_catalog.set_config('idle_in_transaction_session_timeout', '" + strconv.FormatInt(s.core.IdleTimeout.Milliseconds(), 10) + "', true)"
 	}
 	return q
 }
@@ -137,15 +123,15 @@ func (s *Store) openQuery() string {
 // frozen in the middle of fn holds up no one). Every commit checks its
 // token under the fence row lock in the committing transaction, so
 // committed tokens per resource never decrease in commit order.
-func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, error) {
-	if err := checkClaim(c); err != nil {
+func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*txn, error) {
+	if err := pgcore.CheckClaim(c); err != nil {
 		return nil, err
 	}
-	if !s.adv.Has(c.Resource, c.Token, c.Holder) {
+	if !s.core.Claims.Has(c.Resource, c.Token, c.Holder) {
 		if _, err := s.db.ExecContext(ctx, advanceSQL, c.Resource, c.Token, c.Holder); err != nil {
 			return nil, mapError(err)
 		}
-		s.adv.Add(c.Resource, c.Token, c.Holder)
+		s.core.Claims.Add(c.Resource, c.Token, c.Holder)
 	}
 
 	// The transaction lives on a context of its own: database/sql rolls a
@@ -164,34 +150,24 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run runOp) (*txn, erro
 		return nil, s.beginError(ctx, err)
 	}
 	t := &txn{tx: tx, cancel: cancel, args: closeArgs(c, run)}
+	pgcore.Register(tx, &t.queue)
 	t.args = append(t.args, s.nonce+"-"+strconv.FormatUint(s.serial.Add(1), 10))
 	var readOnly string
 	dest := []any{new(sql.NullInt64), &readOnly, new(string), new(string), new(string)}
 	err = tx.QueryRowContext(ctx, s.open, c.Resource, c.Token, c.Holder,
-		nullable(c.Key), nullable(run.openKey()), t.args[7]).Scan(dest[:s.openColumns]...)
+		nullable(c.Key), nullable(run.OpenKey()), t.args[7]).Scan(dest[:s.openColumns]...)
 	if !stop() {
 		// ctx ended while the transaction began: database/sql rolls it back.
 		err = context.Cause(ctx)
 	}
 	if err == nil && readOnly != "" {
-		err = readOnlyError(readOnly)
+		err = pgcore.ReadOnlyError(readOnly)
 	}
 	if err != nil {
 		t.abort(ctx)
 		return nil, s.beginError(ctx, err)
 	}
 	return t, nil
-}
-
-// readOnlyError says why the database does not accept writes.
-func readOnlyError(why string) error {
-	switch why {
-	case "standby":
-		return fmt.Errorf("%w: the server is a hot standby (pg_is_in_recovery() is true): fn did not run, nothing was written; connect to the primary", guard.ErrReadOnly)
-	case "default":
-		return fmt.Errorf("%w: default_transaction_read_only is on (set for the database, the role or the session): fn did not run, nothing was written; turn it off or connect to a writable database", guard.ErrReadOnly)
-	}
-	return fmt.Errorf("%w (transaction_read_only is on): fn did not run, nothing was written", guard.ErrReadOnly)
 }
 
 // beginError maps err; an error caused by ctx ending says so.
@@ -202,20 +178,11 @@ func (s *Store) beginError(ctx context.Context, err error) error {
 	return mapError(err)
 }
 
-// openKey is the run key open checks: only a step's (finishing a finished
-// run is a no-op, not an error).
-func (r runOp) openKey() string {
-	if r.finish {
-		return ""
-	}
-	return r.key
-}
-
 // closeArgs are the arguments $1..$7 of closeSQL.
-func closeArgs(c guard.Claim, run runOp) []any {
-	args := []any{c.Resource, c.Token, c.Holder, nullable(c.Key), nullable(run.key), nil, run.finish}
-	if run.key != "" && !run.finish {
-		args[5] = run.cursor
+func closeArgs(c guard.Claim, run pgcore.RunOp) []any {
+	args := []any{c.Resource, c.Token, c.Holder, nullable(c.Key), nullable(run.Key), nil, run.Finish}
+	if run.Key != "" && !run.Finish {
+		args[5] = run.Cursor
 	}
 	return args
 }
@@ -227,7 +194,3 @@ func nullable(s string) any {
 	}
 	return s
 }
-
-// checkClaim rejects bad input before any round trip (internal/pgcore):
-// the limits are guard's (guard.MaxResourceLen and the others).
-func checkClaim(c guard.Claim) error { return pgcore.CheckClaim(c) }

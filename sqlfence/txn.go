@@ -18,12 +18,24 @@ type txn struct {
 	// args are closeSQL's arguments, the transaction's mark last.
 	args  []any
 	ended bool
+	// queue holds what pgcore.OnCommit queued for the commit (registered
+	// under tx while the transaction is open).
+	queue pgcore.CommitQueue
+}
+
+// end marks the transaction ended: nothing more can be queued on it.
+func (t *txn) end() []pgcore.Queued {
+	t.ended = true
+	pgcore.Unregister(t.tx)
+	return t.queue.Take()
 }
 
 func (t *txn) Tx() *sql.Tx { return t.tx }
 
-// Commit claims the fence, records the key and the run (fencelock.close)
-// and commits: two statements, as database/sql sends COMMIT on its own.
+// Commit claims the fence, records the key and the run (fencelock.close),
+// runs the statements queued with pgcore.OnCommit (one round trip each:
+// database/sql sends one statement at a time) and commits: two statements
+// more than fn's, as database/sql sends COMMIT on its own.
 //
 // fn gets a plain *sql.Tx, whose Commit and Rollback no store can
 // intercept; what fn did is found out here instead, and reported, never
@@ -42,7 +54,7 @@ func (t *txn) Commit(ctx context.Context) error {
 	if t.ended {
 		return sql.ErrTxDone
 	}
-	t.ended = true
+	queued := t.end()
 	defer t.cancel()
 	var prev sql.NullInt64
 	err := t.tx.QueryRowContext(ctx, closeSQL, t.args...).Scan(&prev)
@@ -59,6 +71,15 @@ func (t *txn) Commit(ctx context.Context) error {
 		// committed.
 		t.rollback(ctx)
 		return mapError(err)
+	}
+	// The claim ran in the transaction open marked, so the queued
+	// statements do too (after it, not before: a statement sent after a
+	// raw COMMIT of fn would run in a transaction of its own).
+	for i, q := range queued {
+		if _, err := t.tx.ExecContext(ctx, q.SQL, q.Args...); err != nil {
+			t.rollback(ctx)
+			return fmt.Errorf("sqlfence: statement %d of %d queued for the commit failed, nothing was committed: %w", i+1, len(queued), mapError(err))
+		}
 	}
 	// ctx ended after the claim: roll back rather than race database/sql,
 	// which may or may not send COMMIT once the transaction's context is
@@ -89,7 +110,7 @@ func (t *txn) Rollback(ctx context.Context) error {
 	if t.ended {
 		return nil
 	}
-	t.ended = true
+	t.end()
 	defer t.cancel()
 	stop := context.AfterFunc(ctx, t.cancel)
 	defer stop()
@@ -102,7 +123,7 @@ func (t *txn) Rollback(ctx context.Context) error {
 
 // abort ends a transaction that failed to begin, and releases it.
 func (t *txn) abort(ctx context.Context) {
-	t.ended = true
+	t.end()
 	defer t.cancel()
 	t.rollback(ctx)
 }

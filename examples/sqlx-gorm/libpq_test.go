@@ -25,6 +25,7 @@ func TestContractLibPQ(t *testing.T) {
 		Run: func(s guard.Store[*sql.Tx], l guard.Lease, key string) guardtest.Runner[*sql.Tx] {
 			return s.(*sqlfence.Store).Run(l, key)
 		},
+		CommitQueue: true,
 	})
 }
 

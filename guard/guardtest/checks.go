@@ -227,6 +227,24 @@ func (s *suite[Tx]) advance(t *testing.T) {
 	if n := s.rows(t, table, "a"); n != 1 {
 		t.Errorf("rows of a = %d, want 1", n)
 	}
+
+	// A lost lease is refused as Exec refuses it, and stores nothing.
+	lost := &losable{Lease: Lease{res, 21, "c"}, done: make(chan struct{})}
+	close(lost.done)
+	advErr := adv.Advance(ctx, lost)
+	_, execErr := guard.Exec(ctx, store, lost, s.insert(table, "c", 1, nil))
+	for what, err := range map[string]error{"Advance": advErr, "Exec": execErr} {
+		var ll *guard.LeaseLostError
+		if !errors.As(err, &ll) || !errors.Is(err, guard.ErrLeaseLost) || !errors.Is(err, errLost) {
+			t.Errorf("%s with a lost lease: want a *guard.LeaseLostError with the lease's cause, got %v", what, err)
+		}
+	}
+	if advErr != nil && execErr != nil && advErr.Error() != execErr.Error() {
+		t.Errorf("Advance and Exec refuse a lost lease differently: %q, %q", advErr, execErr)
+	}
+	if tok := s.stored(t, res); tok != 20 {
+		t.Errorf("stored token after a lost lease's Advance = %d, want 20", tok)
+	}
 }
 
 // A resumable run: steps move the cursor with their writes, a new holder

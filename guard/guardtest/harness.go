@@ -17,6 +17,10 @@ type Harness[Tx any] struct {
 	// Run opens the resumable run key of lease's resource on store (for
 	// pgfence: store.(*pgfence.Store).Run(lease, key)).
 	Run func(store guard.Store[Tx], lease guard.Lease, key string) Runner[Tx]
+
+	// CommitQueue says the store's fn tx takes statements queued for the
+	// commit (this module's stores do); the suite then checks them.
+	CommitQueue bool
 }
 
 // Database is one test database as the suite sees it.

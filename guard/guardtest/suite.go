@@ -52,6 +52,7 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"ReadOnlyDatabase", s.readOnly},
 		{"BadInput", s.badInput},
 		{"SameRefusalSameError", s.sameErrors},
+		{"CommitQueue", s.commitQueue},
 	} {
 		t.Run(c.name, c.fn)
 	}

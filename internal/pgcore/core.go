@@ -1,0 +1,115 @@
+package pgcore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fencelock/fencelock/guard"
+)
+
+// Driver is what the core needs of a store's database handle: one
+// statement run on its own, outside any transaction (it commits on its
+// own). Arguments are strings, int64s and nils.
+type Driver interface {
+	// Exec runs sql and discards its result.
+	Exec(ctx context.Context, sql string, args ...any) error
+	// QueryRow runs sql and scans its one row into dest; found is false
+	// when it returned no row.
+	QueryRow(ctx context.Context, sql string, args []any, dest ...any) (found bool, err error)
+}
+
+// Core is what a Store is made of besides its driver's transactions.
+type Core struct {
+	Settings
+	Driver Driver
+	// Claims lets a transaction skip advance when this Store has already
+	// seen its claim stored.
+	Claims Cache
+	// Autocommits reports whether Driver's statements commit on their own
+	// (nil: they always do). Only then does Advance record its claim in
+	// Claims.
+	Autocommits func() bool
+}
+
+// Observers implements guard.ObservedStore for the Store.
+func (c *Core) Observers() []guard.Observer { return c.Settings.Observers }
+
+// Advance is the stores' Advance: fencelock.claim in a transaction of its
+// own. A lease that says it is lost, released or closed is refused as
+// guard.Exec refuses it (a *guard.LeaseLostError), before anything is
+// sent.
+func (c *Core) Advance(ctx context.Context, lease guard.Lease) error {
+	cl, err := guard.NewClaim(lease)
+	if err != nil {
+		return err
+	}
+	if err := guard.LeaseLost(lease, nil); err != nil {
+		return err
+	}
+	if err := CheckClaim(cl); err != nil {
+		return err
+	}
+	if err := c.Driver.Exec(ctx, "SELECT fencelock.claim($1, $2, $3)", cl.Resource, cl.Token, cl.Holder); err != nil {
+		err = c.MapError(ctx, err)
+		if lerr := guard.LeaseLost(lease, err); lerr != nil {
+			return lerr
+		}
+		return err
+	}
+	if c.Autocommits == nil || c.Autocommits() {
+		c.Claims.Add(cl.Resource, cl.Token, cl.Holder)
+	}
+	return nil
+}
+
+// Prune is the stores' Prune.
+func (c *Core) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("%w: Prune: negative age %v: pass how old an applied key or a finished run must be to go, e.g. 30*24*time.Hour", guard.ErrInvalidInput, olderThan)
+	}
+	var n int64
+	if _, err := c.Driver.QueryRow(ctx, "SELECT fencelock.prune($1 * interval '1 microsecond')", []any{olderThan.Microseconds()}, &n); err != nil {
+		return 0, c.MapError(ctx, err)
+	}
+	return n, nil
+}
+
+// MapError is Map, except that a write refused as read-only asks the
+// server why (one more round trip, on that failure path only), to name the
+// setting.
+func (c *Core) MapError(ctx context.Context, err error) error {
+	if Code(err) != ReadOnly {
+		return Map(err)
+	}
+	return c.ExplainReadOnly(ctx)
+}
+
+// ExplainReadOnly asks the server why it refuses writes and returns
+// guard.ErrReadOnly naming the setting.
+func (c *Core) ExplainReadOnly(ctx context.Context) error {
+	var why string
+	if _, err := c.Driver.QueryRow(ctx, "SELECT "+ReadOnlySQL, nil, &why); err != nil {
+		why = "transaction"
+	}
+	return ReadOnlyError(why)
+}
+
+// ReadOnlySQL is 'standby', 'default', 'transaction' when the database
+// does not accept writes, ” when it does: the transaction is read-only (a
+// hot standby, or the default), or the default says so while the driver
+// began READ WRITE explicitly (lib/pq always does): the database's setting
+// is honoured either way.
+const ReadOnlySQL = "CASE WHEN pg_catalog.pg_is_in_recovery() THEN 'standby' WHEN pg_catalog.current_setting('default_transaction_read_only') = 'on' THEN 'default' WHEN pg_catalog.current_setting('transaction_read_only') = 'on' THEN 'transaction' ELSE '' END"
+
+// ReadOnlyError says why the database does not accept writes, given what
+// ReadOnlySQL returned.
+func ReadOnlyError(why string) error {
+	switch why {
+	case "standby":
+		return fmt.Errorf("%w: the server is a hot standby (pg_is_in_recovery() is true): nothing was written; connect to the primary", guard.ErrReadOnly)
+	case "default":
+		return fmt.Errorf("%w: default_transaction_read_only is on (set for the database, the role or the session): nothing was written; turn it off or connect to a writable database", guard.ErrReadOnly)
+	}
+	return fmt.Errorf("%w (transaction_read_only is on): nothing was written", guard.ErrReadOnly)
+}

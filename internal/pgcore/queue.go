@@ -1,0 +1,154 @@
+package pgcore
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+
+	"github.com/fencelock/fencelock/guard"
+)
+
+// ErrNotGuardedTx is OnCommit's error for a tx that is not an open guarded
+// transaction. It carries no package prefix: the caller's layer adds its
+// own.
+var ErrNotGuardedTx = errors.New("not an open guarded transaction: pass the tx that guard.Exec (or a Run's Step) gave fn, while fn runs")
+
+// Queued is a statement queued for a guarded transaction's commit.
+type Queued struct {
+	SQL  string
+	Args []any
+	// Encoded is what the store's Encode made of Args (pgfence: the
+	// parameters in text format), nil without one.
+	Encoded any
+}
+
+// CommitQueue holds the statements queued on one guarded transaction
+// until its commit takes them. Its zero value is an open, empty queue.
+type CommitQueue struct {
+	// Encoder, if set, turns a statement's arguments into what the
+	// store's commit sends, when the statement is queued, so that an
+	// argument the driver cannot encode is an error there and then.
+	Encoder Encoder
+
+	mu     sync.Mutex
+	stmts  []Queued
+	closed bool
+}
+
+// Take closes q and returns what was queued; later adds fail with
+// ErrNotGuardedTx.
+func (q *CommitQueue) Take() []Queued {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	out := q.stmts
+	q.stmts = nil
+	return out
+}
+
+// Len is how many statements are queued (a savepoint's mark).
+func (q *CommitQueue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.stmts)
+}
+
+// Truncate drops what was queued after mark (a savepoint rolled back).
+func (q *CommitQueue) Truncate(mark int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if mark < len(q.stmts) {
+		clear(q.stmts[mark:])
+		q.stmts = q.stmts[:mark]
+	}
+}
+
+func (q *CommitQueue) add(st Queued) error {
+	if q.Encoder != nil {
+		enc, err := q.Encoder.EncodeArgs(st.Args)
+		if err != nil {
+			return fmt.Errorf("%w: a statement queued for the commit: %w", guard.ErrInvalidInput, err)
+		}
+		st.Encoded = enc
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return fmt.Errorf("%w (its Exec has ended)", ErrNotGuardedTx)
+	}
+	q.stmts = append(q.stmts, st)
+	return nil
+}
+
+// Encoder encodes a queued statement's arguments.
+type Encoder interface {
+	EncodeArgs(args []any) (any, error)
+}
+
+// Queuer is a transaction handle that carries its own queue (pgfence's
+// pgx.Tx and its savepoints).
+type Queuer interface {
+	CommitQueue() *CommitQueue
+}
+
+// registry maps the handles that cannot carry a queue (sqlfence's
+// *sql.Tx) to their queue while their transaction is open.
+var registry sync.Map
+
+// Register makes q the queue of tx until Unregister.
+func Register(tx any, q *CommitQueue) { registry.Store(tx, q) }
+
+// Unregister forgets tx's queue.
+func Unregister(tx any) { registry.Delete(tx) }
+
+// OnCommit queues sql, with args, on tx, an open guarded transaction of
+// either store (the pgx.Tx or *sql.Tx that guard.Exec, or a Run's Step,
+// gave fn, or a pgfence savepoint of it), to be sent with the
+// transaction's commit, after fn returned nil, in the committing
+// transaction: if a queued statement fails, nothing of the transaction
+// commits (the commit's error says which statement); if fn fails, the
+// claim is refused or the lease was lost before the commit, they are
+// never sent, or rolled back with the rest.
+//
+// pgfence sends them in the commit's own round trip, pipelined ahead of
+// fencelock.close and COMMIT: they cost no round trip. sqlfence sends each
+// as a statement of its own between the claim and COMMIT (database/sql
+// runs one statement per round trip, and only after the claim is the
+// transaction known to be still the one guard opened): one round trip
+// each, with the fence row locked meanwhile. A pgfence savepoint rolled
+// back drops what was queued through it or after it.
+//
+// Arguments are what the store's driver takes as query arguments; with
+// pgfence they are encoded when queued (an argument pgx cannot encode is
+// an error wrapping guard.ErrInvalidInput), and sent in text format with
+// types left to the server, as pgx's QueryExecModeExec does.
+//
+// tx that is not such a transaction, or whose Exec has ended, is an error
+// wrapping ErrNotGuardedTx; nothing is queued.
+func OnCommit(tx any, sql string, args ...any) error {
+	if strings.TrimSpace(sql) == "" {
+		return fmt.Errorf("%w: empty statement queued for the commit", guard.ErrInvalidInput)
+	}
+	var q *CommitQueue
+	switch h := tx.(type) {
+	case nil:
+		return fmt.Errorf("%w (tx is nil)", ErrNotGuardedTx)
+	case Queuer:
+		q = h.CommitQueue()
+	default:
+		if !reflect.TypeOf(tx).Comparable() {
+			return fmt.Errorf("%w (got a %T)", ErrNotGuardedTx, tx)
+		}
+		v, ok := registry.Load(tx)
+		if !ok {
+			return fmt.Errorf("%w (got a %T that no guarded transaction owns, or whose Exec has ended)", ErrNotGuardedTx, tx)
+		}
+		q = v.(*CommitQueue)
+	}
+	if q == nil {
+		return fmt.Errorf("%w (got a %T)", ErrNotGuardedTx, tx)
+	}
+	return q.add(Queued{SQL: sql, Args: args})
+}

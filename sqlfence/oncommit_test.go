@@ -1,0 +1,62 @@
+package sqlfence_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/pgcore"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Statements queued with pgcore.OnCommit go out between the claim and
+// COMMIT, one round trip each (database/sql sends one statement at a
+// time); a *sql.Tx that guard.Exec did not open refuses them, and so does
+// fn's tx after a raw COMMIT sent through it, which also sends none.
+func TestOnCommit(t *testing.T) {
+	tdb, _ := newDB(t)
+	ctx := testCtx(t)
+	var w wire
+	db := wiredDB(t, tdb.URL, &w)
+	mustExec(t, db, "CREATE TABLE stock (sku text, writer text)")
+	mustExec(t, db, "CREATE TABLE queued (v text)")
+	s := newStore(t, db)
+	l := lease{"r", 1, "a"}
+	exec := func(queue ...string) error {
+		_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx *sql.Tx) error {
+			if err := insert("g")(ctx, tx); err != nil {
+				return err
+			}
+			for _, v := range queue {
+				if err := pgcore.OnCommit(tx, "INSERT INTO queued (v) VALUES ($1)", v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		return err
+	}
+	require.NoError(t, exec("warm")) // warm up: the driver prepares each statement on first use
+	before := w.writes.Load()
+	require.NoError(t, exec())
+	without := w.writes.Load() - before
+	before = w.writes.Load()
+	require.NoError(t, exec("one", "two"))
+	assert.Equal(t, without+2, w.writes.Load()-before, "one round trip per queued statement")
+	assert.EqualValues(t, 3, count(t, db, "SELECT count(*) FROM queued"))
+
+	plain, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	assert.ErrorIs(t, pgcore.OnCommit(plain, "INSERT INTO queued (v) VALUES ('x')"), pgcore.ErrNotGuardedTx)
+	require.NoError(t, plain.Rollback())
+
+	_, err = guard.Exec(ctx, s, l, func(ctx context.Context, tx *sql.Tx) error {
+		require.NoError(t, pgcore.OnCommit(tx, "INSERT INTO queued (v) VALUES ($1)", "after raw commit"))
+		_, err := tx.ExecContext(ctx, "COMMIT")
+		return err
+	})
+	require.ErrorIs(t, err, guard.ErrTxEnded)
+	assert.Zero(t, count(t, db, "SELECT count(*) FROM queued WHERE v = 'after raw commit'"), "nothing queued is sent outside the guarded transaction")
+}
