@@ -54,7 +54,9 @@ type serverError struct {
 	timeout time.Duration
 	// cmd is the command a NOPERM names ("scan", "cluster|slots"); for a
 	// refused key or channel, keys is "~" or "&" and prefix the key prefix.
+	// inScript: refused inside a script, where Redis names no command.
 	cmd, keys, prefix string
+	inScript          bool
 	err               error
 }
 
@@ -161,6 +163,11 @@ func (e *serverError) permissionFix() string {
 		return "run fencectl as the fencelock schema's owner, or GRANT SELECT (DELETE to prune) ON ALL TABLES IN SCHEMA fencelock TO " + pgIdent(e.user)
 	}
 	switch {
+	case e.inScript && e.keys != "":
+		return fmt.Sprintf("ACL SETUSER %s ~%s* (on every node): a script's key was refused", e.user, e.prefix)
+	case e.inScript:
+		return aclFix(e.user, e.prefix, strings.Contains(e.server, "Cluster")) +
+			": a command inside fence's script was refused, and Redis does not say which; doctor --acl-user " + e.user + " from an admin's address names it"
 	case e.cmd != "":
 		return fmt.Sprintf("ACL SETUSER %s +%s (on every node)", e.user, e.cmd)
 	case e.keys != "":
@@ -188,6 +195,11 @@ func redisFailure(server string, src source, user, prefix string, timeout time.D
 	switch {
 	case isTimeout(err):
 		e.kind = kindTimeout
+	case strings.Contains(msg, "The user executing the script can't"):
+		e.kind, e.inScript = kindPermission, true
+		if strings.Contains(msg, "keys") {
+			e.keys = "~"
+		}
 	case strings.Contains(msg, "NOPERM"):
 		e.kind = kindPermission
 		if m := noPermCommand.FindStringSubmatch(msg); m != nil {

@@ -120,6 +120,14 @@ func TestRedisFailuresToldApart(t *testing.T) {
 	}
 	noGet[0] = "noget"
 	noGetURL := aclUser(t, r, noGet...)
+	var noDel []any
+	for _, a := range line {
+		if a != "+del" {
+			noDel = append(noDel, a)
+		}
+	}
+	noDel[0] = "nodel"
+	noDelURL := aclUser(t, r, noDel...)
 	appURL := aclUser(t, r, line...)
 	dead := "redis://app:" + redisSecret + "@" + deadAddr(t)
 	wrong := strings.Replace(appURL, redisSecret, "not-"+redisSecret, 1)
@@ -153,10 +161,20 @@ func TestRedisFailuresToldApart(t *testing.T) {
 		})
 	}
 
+	// A command refused inside fence's release script: Redis names none,
+	// so the fix is the whole line.
+	l, err := newLocksPrefix(t, r, "fence:").Acquire(ctx, "held")
+	require.NoError(t, err)
+	code, out, errOut := fencectlProc(t, nil, "locks", "release", "held", "--force", "--yes", "--redis", noDelURL)
+	assert.Equal(t, exitFailed, code, out+errOut)
+	assert.Regexp(t, `^fencectl: Redis at redis://nodel:xxxxx@[\d.:]+ refused user "nodel": fence: force release "held": ERR The user executing the script can't run this command or subcommand script: \w+, on @user_script:\d+; `+
+		`fix: ACL SETUSER nodel ~fence:\* &fence:\* \+evalsha .* \(on every node\): a command inside fence's script was refused, and Redis does not say which; doctor --acl-user nodel from an admin's address names it\n$`, errOut)
+	require.NoError(t, l.Err(), "nothing was released")
+
 	// A server with a password for its default user, and an address without
 	// one.
 	require.NoError(t, r.Client().Do(ctx, "CONFIG", "SET", "requirepass", redisSecret).Err())
-	code, _, errOut := fencectlProc(t, nil, "locks", "inspect", "job", "--redis", r.Addr)
+	code, _, errOut = fencectlProc(t, nil, "locks", "inspect", "job", "--redis", r.Addr)
 	assert.Equal(t, exitFailed, code)
 	assert.Equal(t, "fencectl: Redis at "+r.Addr+` refused the login of user "default": NOAUTH HELLO must be called with the client already authenticated; fix: the server needs a password: add it to the address (--redis), redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user`+"\n", errOut)
 }
