@@ -134,16 +134,34 @@ type LeaseLostError struct {
 func (e *LeaseLostError) Error() string {
 	var b strings.Builder
 	b.WriteString(ErrLeaseLost.Error())
+	var cause string
 	if e.Cause != nil {
+		cause = oneline.Fold(e.Cause.Error())
 		b.WriteString(" (")
-		b.WriteString(oneline.Fold(e.Cause.Error()))
+		b.WriteString(cause)
 		b.WriteString(")")
 	}
 	if e.Err != nil {
-		b.WriteString("; ")
-		b.WriteString(oneline.Fold(e.Err.Error()))
+		// What the loss ended often says the cause again (a store's
+		// "begin: <the context's cause>"): it is named once, above.
+		if msg := withoutCause(oneline.Fold(e.Err.Error()), cause); msg != "" {
+			b.WriteString("; ")
+			b.WriteString(msg)
+		}
 	}
 	return b.String()
+}
+
+// withoutCause is msg without the text of cause (and the ": " before it).
+func withoutCause(msg, cause string) string {
+	if cause == "" {
+		return msg
+	}
+	i := strings.Index(msg, cause)
+	if i < 0 {
+		return msg
+	}
+	return strings.TrimSuffix(strings.TrimSpace(msg[:i]), ":") + msg[i+len(cause):]
 }
 
 // Unwrap returns ErrLeaseLost, Cause and Err (those that are set).

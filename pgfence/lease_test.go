@@ -14,8 +14,8 @@ import (
 
 // However a lost lease ends Exec or Run.Step, the error matches
 // guard.ErrLeaseLost and the lock's own cause, on one line, and nothing
-// is visible. Before, Exec under lock.Context() with the lock lost while
-// fn ran said only "timeout: context already done: context canceled".
+// is visible, also under lock.Context() with the lock lost while fn runs
+// (where the driver itself sees only a cancelled context).
 func TestLeaseLossIsNamed(t *testing.T) {
 	db := newDB(t)
 	stockTable(t, db.Pool)

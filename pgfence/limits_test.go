@@ -15,9 +15,9 @@ import (
 )
 
 // Names past the limits are refused before anything is sent: a clear
-// error, no fn, no fence row. Before, a ~2.7 KB name failed with a raw
-// "index row size ... exceeds btree version 4 maximum" (54000) after fn
-// ran; and the limits themselves fit the btree (a name at the limit
+// error, no fn, no fence row, never the server's "index row size ...
+// exceeds btree version 4 maximum" (54000) after fn ran; and the limits
+// themselves fit the btree (a name at the limit
 // works, with a key at the limit).
 func TestOversizedNames(t *testing.T) {
 	db := newDB(t)

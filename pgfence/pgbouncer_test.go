@@ -20,9 +20,9 @@ import (
 // and in exec mode, each across an application restart (a new pool: the
 // server connections keep the statements the old one prepared). pgfence's
 // own statements are unnamed, so they work whatever the pool's mode.
-// Before, with the default mode, Advance, Run.Resume, Prune and Exec
-// failed with prepared statement "stmtcache_..." already exists (42P05) or
-// does not exist (26000). fn's statements pass their exec mode
+// Advance, Run.Resume, Prune and Exec must not meet prepared statement
+// "stmtcache_..." already exists (42P05) or does not exist (26000) in
+// the default mode. fn's statements pass their exec mode
 // explicitly, as the README says fn must behind a transaction pooler.
 func TestThroughPgBouncer(t *testing.T) {
 	url, direct := ownPgBouncer(t, 2)

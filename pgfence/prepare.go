@@ -12,9 +12,7 @@ import (
 
 // Prepared statements. Parsing and planning pgfence's statements is most
 // of what a guarded transaction costs the server beyond a plain one (the
-// bench's profile: about 250,000 instructions a transaction for the four
-// of them, against 70,000 for a whole plain one-row transaction), so on a
-// connection that goes straight to Postgres they are prepared once, under
+// bench's guard profile measures it), so on a connection that goes straight to Postgres they are prepared once, under
 // names of their own, and every transaction only binds them.
 //
 // Through a transaction pooler (PgBouncer in transaction mode and the

@@ -13,9 +13,8 @@ import (
 )
 
 // A read-only database is honoured: no fn runs, nothing is written, and
-// the error names the setting. Before, the begin sent BEGIN ... READ
-// WRITE and guard.Exec (and Run.Step) committed where a plain INSERT
-// failed with 25006.
+// the error names the setting; guard.Exec and Run.Step do not commit
+// where a plain INSERT fails with 25006.
 func TestReadOnlyDatabase(t *testing.T) {
 	db := newDB(t)
 	stockTable(t, db.Pool)

@@ -21,8 +21,8 @@ import (
 )
 
 // On a hot standby, guarded writes are refused with guard.ErrReadOnly naming
-// the standby, and fn does not run. Before,
-// the errors came back raw (25006, 0A000 from BEGIN ... READ WRITE).
+// the standby, and fn does not run; the server's 25006 and 0A000 (from
+// BEGIN ... READ WRITE) never come back raw.
 func TestHotStandby(t *testing.T) {
 	ctx := testCtx(t)
 	primary, err := testenv.StartPostgres()

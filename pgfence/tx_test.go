@@ -34,9 +34,8 @@ func checkInvariant(t *testing.T, err error, visible int64) {
 }
 
 // fn calls tx.Commit or tx.Rollback: the tx refuses (ErrTxOwned) and
-// leaves the transaction alone. Before, tx.Commit committed behind the
-// fence: a newer holder advanced, Exec said "stale ... nothing was
-// written", and the row was there.
+// leaves the transaction alone: a newer holder that advanced meanwhile
+// still refuses the commit, and the row is not there.
 func TestTxCommitAndRollbackAreRefused(t *testing.T) {
 	onBothPaths(t, func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool) {
 		stockTable(t, db.Pool)
@@ -89,8 +88,7 @@ func TestTxCommitAndRollbackAreRefused(t *testing.T) {
 
 // fn sends its own COMMIT or ROLLBACK through Exec: the rows may be
 // committed without the fence check, and Exec says so (ErrTxEnded)
-// instead of nil (COMMIT) or "nothing was written". Before, a raw COMMIT
-// returned nil, committed with no check at commit time.
+// instead of nil (COMMIT) or "nothing was written".
 func TestRawCommitInFnIsReported(t *testing.T) {
 	onBothPaths(t, func(t *testing.T, db *testenv.DB, pool *pgxpool.Pool) {
 		stockTable(t, db.Pool)

@@ -14,10 +14,24 @@ func CheckLen(what, s string, max int, kind error) error {
 	if len(s) <= max {
 		return nil
 	}
-	if kind == guard.ErrInvalidInput {
-		return fmt.Errorf("%w: %s is %d bytes, at most %d are accepted (it is part of a btree key): use a shorter one, e.g. a hash of it", guard.ErrInvalidInput, what, len(s), max)
+	return &inputError{kind: kind, msg: fmt.Sprintf("%s is %d bytes, at most %d are accepted (it is part of a btree key): use a shorter one, e.g. a hash of it", what, len(s), max)}
+}
+
+// inputError is bad input of a kind (guard.ErrInvalidLease,
+// guard.ErrInvalidOption, ...) that also matches guard.ErrInvalidInput,
+// with one prefix: its kind's.
+type inputError struct {
+	kind error
+	msg  string
+}
+
+func (e *inputError) Error() string { return e.kind.Error() + ": " + e.msg }
+
+func (e *inputError) Unwrap() []error {
+	if e.kind == guard.ErrInvalidInput {
+		return []error{e.kind}
 	}
-	return fmt.Errorf("%w: %w: %s is %d bytes, at most %d are accepted (it is part of a btree key): use a shorter one, e.g. a hash of it", kind, guard.ErrInvalidInput, what, len(s), max)
+	return []error{e.kind, guard.ErrInvalidInput}
 }
 
 // CheckText rejects strings that Postgres text cannot hold; the error

@@ -1,0 +1,116 @@
+// Package msgtest checks error messages the way an operator reads them:
+// one line, each cause named once, one prefix per layer. The stores'
+// tests walk their failure paths with it.
+package msgtest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/guard"
+)
+
+// Layers are the package prefixes a fencelock message may carry, each at
+// most once.
+var Layers = []string{"fence: ", "guard: ", "pgfence: ", "sqlfence: "}
+
+// Check fails t unless err matches want, is one line, names cause (a
+// phrase of the message) exactly once, and carries no layer prefix twice.
+func Check(t testing.TB, what string, err, want error, cause string) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: want an error matching %q, got %v", what, want, err)
+		return
+	}
+	msg := err.Error()
+	t.Logf("%s: %s", what, msg)
+	if strings.ContainsAny(msg, "\r\n") {
+		t.Errorf("%s: the message spans lines: %q", what, msg)
+	}
+	if n := strings.Count(msg, cause); n != 1 {
+		t.Errorf("%s: %q is named %d times in %q, want once", what, cause, n, msg)
+	}
+	for _, p := range Layers {
+		if n := strings.Count(msg, p); n > 1 {
+			t.Errorf("%s: prefix %q appears %d times in %q", what, p, n, msg)
+		}
+	}
+}
+
+// Target is what Walk drives: a store of this module and its own calls.
+type Target[Tx any] struct {
+	Store   guard.Store[Tx]
+	Advance func(ctx context.Context, lease guard.Lease) error
+	Prune   func(ctx context.Context, olderThan time.Duration) (int64, error)
+	// Step runs a run's step with no fn.
+	Step func(ctx context.Context, lease guard.Lease, runKey, cursor string) error
+	// Write writes one row in tx.
+	Write func(ctx context.Context, tx Tx) error
+	// BadOption builds a store with WithLockTimeout(0).
+	BadOption func() error
+}
+
+// Walk walks the common failure paths as a user meets them, with real
+// fence locks from locks: a lease lost in Exec (before it, while fn runs,
+// under the lock's own context), in Advance and in a run's step, a stale
+// token, an applied key, bad input; and checks each message with Check.
+func Walk[Tx any](t *testing.T, ctx context.Context, locks *fence.Client, tg Target[Tx]) {
+	t.Helper()
+	waitFn := func(ctx context.Context, tx Tx) error {
+		<-ctx.Done()
+		return tg.Write(ctx, tx)
+	}
+	const lost = "its fixed lease ran out"
+	for _, viaLock := range []bool{false, true} {
+		l, err := locks.Acquire(ctx, "msg", fence.WithFixedLease(fence.MinLease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		execCtx := ctx
+		if viaLock {
+			execCtx = l.Context()
+		}
+		_, err = guard.Exec(execCtx, tg.Store, l, waitFn)
+		Check(t, "lost while fn runs", err, fence.ErrLockLost, lost)
+		_, err = guard.Exec(execCtx, tg.Store, l, tg.Write)
+		Check(t, "lost before Exec", err, guard.ErrLeaseLost, lost)
+		Check(t, "Advance of a lost lock", tg.Advance(ctx, l), guard.ErrLeaseLost, lost)
+		Check(t, "run step of a lost lock", tg.Step(execCtx, l, "run", "1"), guard.ErrLeaseLost, lost)
+	}
+
+	a, b := lease{"msg-stale", 5, "a"}, lease{"msg-stale", 4, "b"}
+	if _, err := guard.Exec(ctx, tg.Store, a, tg.Write); err != nil {
+		t.Fatal(err)
+	}
+	_, err := guard.Exec(ctx, tg.Store, b, tg.Write)
+	Check(t, "stale token", err, guard.ErrStaleToken, "stale fencing token")
+	Check(t, "Advance of a stale token", tg.Advance(ctx, b), guard.ErrStaleToken, "stale fencing token")
+	if _, err := guard.Exec(ctx, tg.Store, a, tg.Write, guard.WithKey("k")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = guard.Exec(ctx, tg.Store, a, tg.Write, guard.WithKey("k"))
+	Check(t, "applied key", err, guard.ErrAlreadyApplied, "already applied")
+
+	_, err = guard.Exec(ctx, tg.Store, a, tg.Write, guard.WithKey(strings.Repeat("k", guard.MaxKeyLen+1)))
+	Check(t, "oversized key", err, guard.ErrInvalidInput, "at most 1024")
+	_, err = guard.Exec(ctx, tg.Store, lease{"msg-stale", 5, "a\xff"}, tg.Write)
+	Check(t, "invalid UTF-8", err, guard.ErrInvalidInput, "not valid UTF-8")
+	Check(t, "empty run key", tg.Step(ctx, a, "", "1"), guard.ErrInvalidInput, "empty run key")
+	_, err = tg.Prune(ctx, -1)
+	Check(t, "negative prune age", err, guard.ErrInvalidInput, "negative age")
+	Check(t, "bad option", tg.BadOption(), guard.ErrInvalidOption, "at least 1ms")
+}
+
+type lease struct {
+	name  string
+	token int64
+	who   string
+}
+
+func (l lease) Name() string   { return l.name }
+func (l lease) Token() int64   { return l.token }
+func (l lease) Holder() string { return l.who }

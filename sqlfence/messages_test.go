@@ -1,0 +1,45 @@
+package sqlfence_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/msgtest"
+	"github.com/fencelock/fencelock/sqlfence"
+	"github.com/fencelock/fencelock/testenv"
+)
+
+// The common failure paths (msgtest.Walk): each message names its cause
+// once, with one prefix per layer.
+func TestMessagesNameEachCauseOnce(t *testing.T) {
+	_, db := newDB(t)
+	mustExec(t, db, "CREATE TABLE stock (sku text, writer text)")
+	s := newStore(t, db)
+	rds := testenv.NewRedis(t)
+	locks, err := fence.New(rds.Client(), fence.WithPrefix(rds.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = locks.Close(ctx)
+	})
+	msgtest.Walk(t, testCtx(t), locks, msgtest.Target[*sql.Tx]{
+		Store:   s,
+		Advance: s.Advance,
+		Prune:   s.Prune,
+		Step: func(ctx context.Context, l guard.Lease, key, cursor string) error {
+			return s.Run(l, key).Step(ctx, cursor, nil)
+		},
+		Write: insert("m"),
+		BadOption: func() error {
+			_, err := sqlfence.New(db, sqlfence.WithLockTimeout(0))
+			return err
+		},
+	})
+}
