@@ -115,7 +115,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
-		// The same table as stdout, next to the JSON, for the README to
+		// The same table as stdout, next to the JSON, for bench/README.md to
 		// link to.
 		var md strings.Builder
 		printMarkdown(&md, res)

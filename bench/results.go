@@ -273,7 +273,7 @@ func (r *results) summary(path string) summaryLine {
 	return s
 }
 
-// printHeadline is the short table the README shows: the lock scenarios,
+// printHeadline is the short table bench/README.md shows: the lock scenarios,
 // one column per library, medians.
 func printHeadline(w io.Writer, r *results) {
 	libs := []string{"fence", "redsync", "redislock"}

@@ -123,7 +123,7 @@ func ExampleLock_Context() {
 // that the database can reject a stale holder (see package guard).
 func syncStock(ctx context.Context, token int64) error { return ctx.Err() }
 
-// The README's example: acquire, work under the lock's context with its
+// docs/locks.md's example: acquire, work under the lock's context with its
 // token, and say why if the lock was lost.
 func ExampleClient_Acquire() {
 	srv, rdb := exampleRedis()

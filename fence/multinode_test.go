@@ -203,7 +203,7 @@ func assertWokenByRelease(t *testing.T, heldSince, released, at time.Time, lease
 	assert.Less(t, wake, 5*time.Second, "woken promptly by the release message")
 }
 
-// recommendedDialerRetries is the go-redis DialerRetries the README
+// recommendedDialerRetries is the go-redis DialerRetries docs/cluster-and-sentinel.md
 // recommends for cluster clients with fence: fence retries by itself, and
 // go-redis's dial retries of a dead master (5, 100 ms apart) delay how
 // soon the slot map, and fence's calls, reach the promoted one.

@@ -11,21 +11,12 @@
 //	client, err := fence.New(rdb, fence.WithObserver(obs))
 //	store, err := pgfence.New(pool, pgfence.WithObserver(obs))
 //
-// Metrics (durations in seconds, histograms):
-//
-//	fencelock.lock.acquisitions    counter    outcome=acquired|reacquired|not_acquired|error
-//	fencelock.lock.wait.duration   histogram  outcome   time an acquisition waited for another holder
-//	fencelock.lock.hold.duration   histogram  end=released|lost|max_hold
-//	fencelock.lock.renewals        counter    outcome=ok|error
-//	fencelock.lock.losses          counter    reason=gone|taken|deadline|lease_ended|max_hold|other
-//	fencelock.guard.execs          counter    outcome=committed|rejected|failed|unknown, reason
-//	fencelock.guard.exec.duration  histogram  outcome
-//	fencelock.guard.advances       counter    outcome=committed|rejected|failed, reason   Store.Advance
-//
-// The attribute sets are small and fixed, so series stay few. Lock and
-// resource names are left out by default (a batch per customer would make
-// one series each); [WithNameAttribute] adds them as fencelock.lock.name
-// and fencelock.resource.
+// Metrics: counters and histograms of acquisitions, waits, holds,
+// renewals, losses, guarded writes and Advance calls, with small fixed
+// attribute sets (lock and resource names only with [WithNameAttribute]).
+// The metrics' names and attributes, what to alert on, and a whole
+// Prometheus program are in README.md
+// (https://github.com/fencelock/fencelock/blob/main/otel/README.md).
 //
 // Spans: "fence.Acquire" per acquisition, "fence.Release" per release
 // (Lock.Release and Client.Close), "guard.Exec" per guarded write and

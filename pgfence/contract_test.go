@@ -108,7 +108,7 @@ func (d bouncedDatabase) NewStore(t testing.TB) guard.Store[pgx.Tx] {
 }
 
 // The contract's own statements (the user's, in fn and around it) name the
-// exec mode a transaction pooler needs, as the README tells users to; the
+// exec mode a transaction pooler needs, as docs/operations.md tells users to; the
 // pool's default stays pgx's, which only pgfence's statements meet.
 
 func (bouncedDatabase) TxExec(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {

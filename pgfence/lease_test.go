@@ -32,7 +32,7 @@ func TestLeaseLossIsNamed(t *testing.T) {
 	}
 	// During fn, with a fixed lease that runs out while fn waits: fn's
 	// context ends, its next statement fails. ctx is the caller's own, or
-	// the lock's context as the README suggests.
+	// the lock's context as docs/locks.md suggests.
 	for _, viaLockCtx := range []bool{false, true} {
 		for _, step := range []bool{false, true} {
 			lock, err := locks.Acquire(ctx, "during", fence.WithFixedLease(fence.MinLease))

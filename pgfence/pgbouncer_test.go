@@ -23,7 +23,7 @@ import (
 // Advance, Run.Resume, Prune and Exec must not meet prepared statement
 // "stmtcache_..." already exists (42P05) or does not exist (26000) in
 // the default mode. fn's statements pass their exec mode
-// explicitly, as the README says fn must behind a transaction pooler.
+// explicitly, as docs/operations.md says fn must behind a transaction pooler.
 func TestThroughPgBouncer(t *testing.T) {
 	url, direct := ownPgBouncer(t, 2)
 	ctx := testCtx(t)

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rolesAppGrants are the grants the README documents for an application
+// rolesAppGrants are the grants docs/operations.md gives an application
 // role: nothing on the fencelock tables.
 var rolesAppGrants = []string{
 	"GRANT USAGE ON SCHEMA fencelock TO %s",

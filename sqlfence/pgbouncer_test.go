@@ -12,7 +12,7 @@ import (
 )
 
 // guard's contract on sqlfence behind PgBouncer in transaction pooling
-// mode, with pgx's driver in exec mode (what the README tells users of a
+// mode, with pgx's driver in exec mode (what docs/operations.md tells users of a
 // transaction pooler): each store, like another process, has a PgBouncer
 // of its own in front of the test database, so that one opened after the
 // database was made read-only gets server connections that see it so.

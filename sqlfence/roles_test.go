@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// An application role with only the grants the README lists (USAGE on
+// An application role with only the grants docs/operations.md lists (USAGE on
 // the schema, EXECUTE on its functions) runs everything of sqlfence, and
 // cannot touch the fence table itself.
 func TestApplicationRole(t *testing.T) {

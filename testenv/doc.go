@@ -9,7 +9,7 @@
 //
 // Topologies besides the single server:
 //   - [NewRedisCluster] / [StartRedisCluster]: a Redis Cluster (default 3
-//     masters with 1 replica each, node timeout 1 s, up in about 2 s) with a
+//     masters with 1 replica each, node timeout 1 s) with a
 //     ready [Cluster.Client]; [SharedRedisCluster] is one per test binary for
 //     tests that inject no faults;
 //   - [NewSentinel] / [StartSentinel]: a master, its replica and three

@@ -292,7 +292,7 @@ func aclNeeds(prefix string, cluster bool) []aclNeed {
 	return needs
 }
 
-// aclCommands are the commands fence uses, as the README's ACL line
+// aclCommands are the commands fence uses, as the ACL line of docs/operations.md
 // gives them: INFO for the eviction check, PUBSUB NUMSUB for waiters on a
 // failover client; a cluster adds the sharded pub/sub and CLUSTER SLOTS.
 // fencectl needs nothing more (it opens with HELLO, which every user may
