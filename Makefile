@@ -83,7 +83,9 @@ demo: deps
 
 # bench: fencelock against redsync and bsm/redislock, one Redis, one run,
 # pinned (servers on CPU 0, client on CPU 1). Prints a markdown table,
-# writes bench/results/latest.json, and ends with one JSON line. ~5 min.
+# writes bench/results/latest.json, latest.md and the headline charts
+# (bench/results/*.svg, drawn from those results), and ends with one JSON
+# line. ~5 min.
 bench: deps
 	cd bench && $(GO) run . -out results/latest.json
 

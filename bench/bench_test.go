@@ -53,6 +53,12 @@ func TestHarnessQuick(t *testing.T) {
 	if len(sb.b) == 0 {
 		t.Error("empty markdown")
 	}
+	// The charts draw from what this harness records now.
+	dir := t.TempDir()
+	if err := drawCharts(res, dir); err != nil {
+		t.Fatalf("charts from the quick run: %v", err)
+	}
+	checkCharts(t, dir)
 }
 
 type stringsBuilder struct{ b []byte }

@@ -93,7 +93,16 @@ func main() {
 	only := flag.String("only", "", "comma-separated scenarios to run (default: all)")
 	reps := flag.Int("reps", 0, "repetitions (default 5)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run")
+	charts := flag.String("charts", "", "only draw the charts of this results file (e.g. results/latest.json) next to it, and exit")
 	flag.Parse()
+
+	if *charts != "" {
+		if err := drawChartsFrom(*charts, filepath.Dir(*charts)); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	cfg := defaultConfig()
 	if *quick {
@@ -120,6 +129,11 @@ func main() {
 		var md strings.Builder
 		printMarkdown(&md, res)
 		if err := os.WriteFile(strings.TrimSuffix(*out, ".json")+".md", []byte(md.String()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		// The headline charts, from the same results, next to them.
+		if err := drawCharts(res, filepath.Dir(*out)); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
