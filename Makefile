@@ -96,6 +96,8 @@ bench: deps
 # cluster trials (master killed, stalled, lost with writes its replica
 # missed, cut off). SEED=n reproduces a run's fault schedule; TRIALS=n
 # changes its length (CLUSTER_TRIALS=n the cluster part's). The last line
-# is a JSON summary of both runs.
+# is a JSON summary of both runs, also written to chaos/results/latest.json
+# with a chart of loss detection and takeover per fault kind drawn from it
+# (chaos/results/faults.svg).
 chaos: deps
-	cd chaos && $(GO) run -race ./cmd/chaos -trials $(or $(TRIALS),200) $(if $(SEED),-seed $(SEED)) $(if $(CLUSTER_TRIALS),-cluster-trials $(CLUSTER_TRIALS))
+	cd chaos && $(GO) run -race ./cmd/chaos -out results/latest.json -trials $(or $(TRIALS),200) $(if $(SEED),-seed $(SEED)) $(if $(CLUSTER_TRIALS),-cluster-trials $(CLUSTER_TRIALS))

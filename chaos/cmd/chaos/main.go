@@ -8,7 +8,9 @@
 // After the one-Redis run it runs the same suite on a Redis Cluster (3
 // masters with a replica each): a guard-off control of lossy failovers,
 // then -cluster-trials trials (default trials/5) of the cluster faults. The
-// last line of stdout is a JSON object with both runs' summaries.
+// last line of stdout is a JSON object with both runs' summaries; with -out
+// it is also written to that file, and a chart of loss detection and
+// takeover per fault kind drawn from it next to it.
 //
 // It exits 1 when guard-on trials found violations, when a guard-off
 // control found none (the checker would be proving nothing), or when
@@ -51,6 +53,7 @@ func main() {
 		clusterLease   = flag.Duration("cluster-lease", time.Second, "lock lease of the cluster trials")
 		controlLease   = flag.Duration("cluster-control-lease", 6*time.Second, "lock lease of the cluster control (long: the old holder keeps writing while the lock is taken on the promoted replica)")
 		partial        = flag.Bool("partial-coverage", false, "cluster-require-full-coverage no (healthy masters keep answering while a dead master's slots are uncovered)")
+		out            = flag.String("out", "", "write the runs' summaries to this JSON file (make chaos: results/latest.json) and the loss-detection and takeover chart next to it ("+chartFile+")")
 	)
 	flag.Parse()
 	if *seed == 0 {
@@ -132,6 +135,12 @@ func main() {
 		}
 		failed = verdict(cc, crep, *seed) || failed
 		summary["cluster"] = crep.Summary()
+	}
+	if *out != "" {
+		if err := writeResults(*out, summary); err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
+			failed = true
+		}
 	}
 	// The last line of stdout: both runs' figures.
 	b, _ := json.Marshal(summary)
