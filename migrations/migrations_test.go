@@ -35,7 +35,7 @@ func openDB(t *testing.T, url string) *sql.DB {
 }
 
 // objects lists what lives in the fencelock schema, and the triggers that
-// use its functions anywhere.
+// use its functions on tables outside it.
 func objects(t *testing.T, db *sql.DB) (tables, functions, triggers int) {
 	t.Helper()
 	ctx := ctxT(t)
@@ -46,12 +46,14 @@ func objects(t *testing.T, db *sql.DB) (tables, functions, triggers int) {
 	}
 	tables = q(`SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'fencelock'`)
 	functions = q(`SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'fencelock'`)
-	triggers = q(`SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'fencelock'`)
+	triggers = q(`SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid JOIN pg_namespace n ON n.oid = p.pronamespace
+		JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace tn ON tn.oid = c.relnamespace WHERE n.nspname = 'fencelock' AND tn.nspname <> 'fencelock'`)
 	return
 }
 
-var wantFunctions = []string{"advance", "apply_key", "check_args", "check_token", "claim", "close", "close_full", "open", "open_full", "precheck", "protect_guard",
-	"prune", "raise_applied", "raise_finished", "raise_invalid", "raise_stale", "run_state", "schema_version"}
+var wantFunctions = []string{"advance", "apply_key", "check_args", "check_token", "claim", "close", "close_full", "open", "open_full",
+	"outbox_ack", "outbox_add", "outbox_claim", "outbox_counts", "outbox_heads", "outbox_list", "outbox_release", "outbox_requeue", "outbox_retry",
+	"precheck", "protect_guard", "prune", "raise_applied", "raise_finished", "raise_invalid", "raise_stale", "run_state", "schema_version"}
 
 // allVersions are the versions of the embedded migrations, in order.
 func allVersions(t *testing.T) []int64 {

@@ -14,7 +14,8 @@ type protectTrigger struct {
 }
 
 // protectTriggers lists the triggers on user tables that use a function of
-// the fencelock schema. None when the schema is not installed.
+// the fencelock schema (the schema's own outbox table has one too, dropped
+// with it). None when the schema is not installed.
 func protectTriggers(ctx context.Context, db *sql.DB) ([]protectTrigger, error) {
 	rows, err := db.QueryContext(ctx, `
 SELECT format('%I.%I', tn.nspname, c.relname), quote_ident(t.tgname)
@@ -23,7 +24,7 @@ SELECT format('%I.%I', tn.nspname, c.relname), quote_ident(t.tgname)
   JOIN pg_namespace tn ON tn.oid = c.relnamespace
   JOIN pg_proc p ON p.oid = t.tgfoid
   JOIN pg_namespace pn ON pn.oid = p.pronamespace
- WHERE pn.nspname = 'fencelock' AND NOT t.tgisinternal
+ WHERE pn.nspname = 'fencelock' AND tn.nspname <> 'fencelock' AND NOT t.tgisinternal
  ORDER BY 1, 2`)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: down: list protected tables: %w", err)

@@ -17,7 +17,9 @@ import (
 
 // entryPoints are the functions callers use: SECURITY DEFINER with a pinned
 // search_path, but for hotPath. The rest are helpers that run inside them.
-var entryPoints = []string{"advance", "claim", "close", "open", "precheck", "protect_guard", "prune", "run_state"}
+var entryPoints = []string{"advance", "claim", "close", "open",
+	"outbox_ack", "outbox_add", "outbox_claim", "outbox_counts", "outbox_list", "outbox_release", "outbox_requeue", "outbox_retry",
+	"precheck", "protect_guard", "prune", "run_state"}
 
 // hotPath are the entry points every guarded transaction runs: no SET
 // clause (a settings save and restore per call), every name qualified
@@ -46,7 +48,7 @@ SELECT c.relname, coalesce(obj_description(c.oid, 'pg_class'), '')
 	}
 	require.NoError(t, rows.Err())
 	rows.Close()
-	assert.Equal(t, []string{"applied", "fence", "runs"}, tables)
+	assert.Equal(t, []string{"applied", "fence", "outbox", "runs"}, tables)
 
 	rows, err = db.QueryContext(ctx, `
 SELECT p.proname, coalesce(obj_description(p.oid, 'pg_proc'), ''), p.prosecdef,

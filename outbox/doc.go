@@ -1,0 +1,84 @@
+// Package outbox makes a fenced transaction's side effects (an HTTP call,
+// a message, an e-mail) as safe as its writes: the effects are recorded
+// as rows of fencelock.outbox inside the transaction, so they commit with
+// its writes or not at all, and a [Relay] delivers the committed ones
+// afterwards through a [Sender] ([HTTPSender] is in the library; other
+// transports implement the interface).
+//
+// # Recording effects
+//
+// Writers in other languages record effects with the SQL API: after
+// fencelock.claim in the transaction that writes,
+//
+//	SELECT fencelock.outbox_add('[{"d": "https://shop.example/stock", "k": "sync:eu:42", "p": "<base64>"}]');
+//
+// d is the destination, k the key, p the payload (base64), h the headers
+// ({"Name": ["value"]}), o true for per-resource order. The rows take the
+// transaction's claim (resource, token, holder); a transaction without a
+// current claim cannot record any (FL002, from the same trigger that
+// pgfence's Protect installs). The relay delivers them like any other.
+//
+// # The promise
+//
+//   - Nothing leaves a rolled-back or stale transaction. An effect row
+//     commits with the transaction that records it, or not at all: fn's
+//     error, a panic, a cancelled context, a stale token at the commit, an
+//     applied key (guard.ErrAlreadyApplied: a retry records nothing).
+//     Relays send committed rows only.
+//   - At least once while a relay runs. A committed effect is sent until
+//     a Send succeeds, the receiver refuses it as superseded (409,
+//     [ErrSuperseded]: the row is deleted), or it fails for good (a 4xx,
+//     [ErrTerminal]) or runs out of attempts: then its row is dead, kept
+//     with the reason, listed by fencectl outbox list --dead and sent
+//     again after fencectl outbox requeue.
+//   - Effectively once where the receiver deduplicates by key for longer
+//     than the longest redelivery delay ([Relay.MaxRedeliveryDelay]). An
+//     effect is sent more than once when a relay dies (or loses the
+//     database) after sending and before recording the delivery — at most
+//     its claim batch per death —, when a send overruns the send timeout,
+//     or when the receiver's answer is lost; every attempt carries the same
+//     Idempotency-Key. A receiver running [Receive] (guard.Exec with
+//     guard.WithKey on its own Postgres) answers a repeat 200 and applies
+//     it once, as long as the key is kept: prune keys (pgfence's or
+//     sqlfence's Prune, fencectl keys prune) only with an age above the
+//     longest redelivery delay of the relays that send to it.
+//
+// A fenced receiver also refuses a delivery whose token is older than one
+// it has applied for the same resource (409): a newer holder's effect has
+// overtaken it. Effects that must all arrive, in commit order, set
+// Effect.Ordered.
+//
+// # Relays
+//
+// A relay claims due rows in one short statement (FOR UPDATE SKIP LOCKED:
+// relays never wait for one another), holds them for a visibility timeout
+// while it sends — no transaction is open meanwhile —, and records each
+// outcome naming its claim: a relay that outlived its claim (killed,
+// paused, cut off) changes nothing, and the rows it held are claimed again
+// once their visibility timeout has passed. A failed attempt is retried
+// after a backoff that doubles, with jitter; a Send that panics, hangs
+// past the send timeout or returns an error is a failed attempt, and the
+// relay goes on. Any number of relays, in any number of processes, may
+// serve one database.
+//
+// A relay wakes up when a transaction of its own process that added
+// effects commits, on NOTIFY fencelock_outbox with [WithListen] (effects
+// added with notify; a commit that notifies takes a database-wide lock, so
+// keep that for low rates), and by polling, which is always on and the
+// only mode behind a transaction pooler such as PgBouncer.
+//
+// A claim reads indexes only, never the table: unordered rows by due time,
+// ordered rows by a loose scan over the resources that have any (one
+// index probe per resource), starting where the previous claim stopped so
+// that every resource gets its turn. A backlog of a million rows costs a
+// claim no more than a backlog of a hundred, and a relay holds in memory
+// what its batches hold.
+//
+// Per-resource order ([Effect].Ordered): an ordered effect is sent only
+// once every older ordered effect of its resource (by the token of its
+// transaction, then by the order of recording) has been delivered or is
+// dead. Tokens of committed transactions of a resource never decrease in
+// commit order, so this is commit order, but for two transactions of the
+// same holder committed concurrently. A dead row leaves the order: the
+// ones after it go on, and a requeued row is sent when it comes due.
+package outbox

@@ -1,0 +1,166 @@
+package outbox
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/fencelock/fencelock/guard"
+)
+
+// Limits on an Effect, checked by Add before anything is queued.
+const (
+	// MaxPayload is the largest payload, in bytes.
+	MaxPayload = 1 << 20
+	// MaxDestinationLen is the longest destination, in bytes.
+	MaxDestinationLen = 2048
+	// MaxKeyLen is the longest key, in bytes: guard's limit, so that a
+	// fenced receiver can use the key with guard.WithKey.
+	MaxKeyLen = guard.MaxKeyLen
+	// MaxHeaderBytes is the most an effect's headers may hold, names and
+	// values together.
+	MaxHeaderBytes = 64 << 10
+)
+
+// Header names the relay sets on every delivery (see [HTTPSender]); an
+// Effect may not set them itself.
+const (
+	HeaderIdempotencyKey  = "Idempotency-Key"
+	HeaderFencingToken    = "Fencing-Token"
+	HeaderFencingResource = "Fencing-Resource"
+	HeaderFencingHolder   = "Fencing-Holder"
+)
+
+// Effect is a side effect recorded in a fenced transaction and delivered
+// by a [Relay] once that transaction has committed.
+type Effect struct {
+	// Destination says where the effect goes: a URL for [HTTPSender], any
+	// non-empty string a Sender of your own understands.
+	Destination string
+	// Key identifies the effect at the receiver: sent as Idempotency-Key,
+	// the same on every attempt. Derive it from what the transaction did
+	// ("stock-sync:eu:batch-42"), so that a receiver applies it once.
+	Key string
+	// Payload is the body, at most MaxPayload bytes.
+	Payload []byte
+	// Header holds extra headers (Content-Type, say): valid HTTP names and
+	// values, none of the four the relay sets.
+	Header http.Header
+	// Ordered asks for per-resource order: the effect is delivered only
+	// after every older ordered effect of the same resource (older by the
+	// token of its transaction, then by the order of Add) was delivered or
+	// is dead. Unordered effects go as soon as a relay claims them.
+	Ordered bool
+}
+
+// reserved are the headers the relay owns, canonical.
+var reserved = map[string]bool{
+	HeaderIdempotencyKey: true, HeaderFencingToken: true, HeaderFencingResource: true, HeaderFencingHolder: true,
+}
+
+// check says what is wrong with e, naming effect i of the call.
+func (e *Effect) check(i int) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: effect %d: %s", ErrInvalidEffect, i, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case e.Destination == "":
+		return bad("empty Destination: say where it goes (a URL for HTTPSender)")
+	case len(e.Destination) > MaxDestinationLen:
+		return bad("Destination is %d bytes, the limit is %d", len(e.Destination), MaxDestinationLen)
+	case !utf8.ValidString(e.Destination) || strings.IndexByte(e.Destination, 0) >= 0:
+		return bad("Destination is not valid UTF-8 text without NUL bytes")
+	case e.Key == "":
+		return bad("empty Key: give it a key the receiver can deduplicate by, derived from what the transaction did")
+	case len(e.Key) > MaxKeyLen:
+		return bad("Key is %d bytes, the limit is %d", len(e.Key), MaxKeyLen)
+	case !validHeaderValue(e.Key):
+		return bad("Key %q cannot travel as an HTTP header value (control characters)", e.Key)
+	case len(e.Payload) > MaxPayload:
+		return bad("Payload is %d bytes, the limit is %d (MaxPayload): store large data elsewhere and send a reference", len(e.Payload), MaxPayload)
+	}
+	size := 0
+	for name, values := range e.Header {
+		if !validHeaderName(name) {
+			return bad("header name %q is not a valid HTTP header name", name)
+		}
+		if reserved[http.CanonicalHeaderKey(name)] {
+			return bad("header %s is set by the relay itself", http.CanonicalHeaderKey(name))
+		}
+		for _, v := range values {
+			if !validHeaderValue(v) {
+				return bad("header %s has a value with control characters: %q", name, v)
+			}
+			size += len(name) + len(v)
+		}
+	}
+	if size > MaxHeaderBytes {
+		return bad("headers hold %d bytes, the limit is %d", size, MaxHeaderBytes)
+	}
+	return nil
+}
+
+// validHeaderName reports whether s is an RFC 9110 field name (a token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// validHeaderValue reports whether s can be sent as a field value: no
+// control characters but horizontal tab, valid UTF-8.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return utf8.ValidString(s)
+}
+
+// row is an effect as fencelock.outbox_add reads it.
+type row struct {
+	D string              `json:"d"`
+	K string              `json:"k"`
+	P string              `json:"p,omitempty"`
+	H map[string][]string `json:"h,omitempty"`
+	O bool                `json:"o,omitempty"`
+}
+
+// encode checks effects and returns them as outbox_add's argument.
+func encode(effects []Effect) (string, error) {
+	if len(effects) == 0 {
+		return "", fmt.Errorf("%w: no effect given", ErrInvalidEffect)
+	}
+	rows := make([]row, len(effects))
+	for i := range effects {
+		e := &effects[i]
+		if err := e.check(i); err != nil {
+			return "", err
+		}
+		r := row{D: e.Destination, K: e.Key, P: base64.StdEncoding.EncodeToString(e.Payload), O: e.Ordered}
+		if len(e.Header) > 0 {
+			r.H = make(map[string][]string, len(e.Header))
+			for name, v := range e.Header {
+				r.H[http.CanonicalHeaderKey(name)] = append(r.H[http.CanonicalHeaderKey(name)], v...)
+			}
+		}
+		rows[i] = r
+	}
+	b, err := json.Marshal(rows)
+	if err != nil {
+		return "", fmt.Errorf("outbox: encode effects: %w", err)
+	}
+	return string(b), nil
+}

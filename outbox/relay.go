@@ -1,0 +1,591 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DB is what a Relay needs of Postgres: *pgxpool.Pool and *pgx.Conn
+// satisfy it. A Relay uses it from one goroutine at a time, and sends
+// every statement unnamed (pgx.QueryExecModeExec), so any address works,
+// a transaction pooler such as PgBouncer included.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// acquirer is what WithListen needs: a connection of its own.
+type acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// Relay delivers the effects recorded in fencelock.outbox: it claims due
+// rows, hands each to its Sender, and deletes the rows delivered. Any
+// number of relays, in any number of processes, may serve one database;
+// each row is sent by one of them at a time (see the package
+// documentation for what is promised).
+type Relay struct {
+	db     DB
+	sender Sender
+	cfg    relayConfig
+	wake   chan struct{}
+	stats  relayCounters
+	busy   atomic.Bool
+}
+
+// RelayStats counts what a relay did since it was made.
+type RelayStats struct {
+	// Claimed is the rows claimed (attempts started).
+	Claimed uint64
+	// Sent is the deliveries the Sender accepted (Send returned nil).
+	Sent uint64
+	// Failed is the attempts that failed and will be retried.
+	Failed uint64
+	// Dead is the rows marked dead: out of attempts, or refused for good.
+	Dead uint64
+	// Superseded is the deliveries the receiver refused as stale (409),
+	// whose rows were deleted.
+	Superseded uint64
+	// Released is the rows handed back unsent when Run stopped.
+	Released uint64
+}
+
+type relayCounters struct {
+	claimed, sent, failed, dead, superseded, released atomic.Uint64
+}
+
+// NewRelay returns a relay that delivers the effects in db's
+// fencelock.outbox through sender. It does nothing until Run.
+func NewRelay(db DB, sender Sender, opts ...RelayOption) (*Relay, error) {
+	if db == nil {
+		return nil, ErrNilDB
+	}
+	if sender == nil {
+		return nil, ErrNilSender
+	}
+	cfg, err := newRelayConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := db.(acquirer); cfg.listen && !ok {
+		return nil, invalid("WithListen needs a DB with connections of its own (*pgxpool.Pool), not %T", db)
+	}
+	return &Relay{db: db, sender: sender, cfg: cfg, wake: make(chan struct{}, 1)}, nil
+}
+
+// Stats returns what the relay did so far.
+func (r *Relay) Stats() RelayStats {
+	return RelayStats{
+		Claimed: r.stats.claimed.Load(), Sent: r.stats.sent.Load(), Failed: r.stats.failed.Load(),
+		Dead: r.stats.dead.Load(), Superseded: r.stats.superseded.Load(), Released: r.stats.released.Load(),
+	}
+}
+
+// Wake makes a running relay look for due rows now instead of at its next
+// poll. Add wakes every relay of the process when the transaction
+// commits; Wake is for effects recorded some other way (raw SQL).
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// MaxRedeliveryDelay is the longest time, while relays run, between the
+// first attempt at an effect and its last one with this relay's options:
+// every attempt's visibility timeout and poll interval, plus every
+// backoff at its longest. A receiver that deduplicates by key must keep
+// keys at least this long (pgfence's Prune with an age above it), or a
+// redelivery after it may be applied again. Requeued dead rows start a
+// new series of attempts.
+func (r *Relay) MaxRedeliveryDelay() time.Duration {
+	c := r.cfg
+	total := time.Duration(c.maxAttempts-1) * (c.visibility + c.poll)
+	for i := 1; i < c.maxAttempts; i++ {
+		total += c.backoff(i)
+	}
+	return total
+}
+
+// backoff is the longest delay after the attempt-th failed attempt.
+func (c *relayConfig) backoff(attempt int) time.Duration {
+	d := c.minBackoff
+	for i := 1; i < attempt && d < c.maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, c.maxBackoff)
+}
+
+// jittered draws a delay between half and all of d.
+func jittered(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d-d/2+1)
+}
+
+// Run delivers effects until ctx ends, then stops claiming, lets the
+// sends in flight finish (each within the send timeout), records their
+// outcomes and returns nil. It returns an error at once when the database
+// cannot serve a relay (the fencelock schema, or its outbox migration, is
+// missing; the role lacks EXECUTE on the outbox functions); any other
+// trouble (the database restarting, unreachable, read-only) is logged and
+// waited through, polling with backoff. A Relay runs once at a time.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.busy.CompareAndSwap(false, true) {
+		return errors.New("outbox: Relay.Run is already running; make another Relay for another loop")
+	}
+	defer r.busy.Store(false)
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
+	register(r)
+	defer unregister(r)
+	l := &loop{Relay: r, results: make(chan result, r.cfg.concurrency)}
+	lctx, stopListen := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if r.cfg.listen {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.listen(lctx)
+		}()
+	}
+	l.run(ctx)
+	stopListen()
+	wg.Wait()
+	return nil
+}
+
+// ready checks once that the database has the outbox and the relay may
+// use it, waiting through errors that are not about that.
+func (r *Relay) ready(ctx context.Context) error {
+	var wait time.Duration
+	for {
+		var version int64
+		var can bool
+		err := r.queryRow(ctx, `SELECT fencelock.schema_version(), has_function_privilege('fencelock.outbox_claim(bigint, integer, interval, text)', 'EXECUTE')`).
+			Scan(&version, &can)
+		switch {
+		case err == nil && version < 3:
+			return fmt.Errorf("outbox: the fencelock schema is at version %d and the outbox needs 3: run migrations.Up(ctx, db), or: fencectl migrate up --db URL", version)
+		case err == nil && !can:
+			return errors.New("outbox: the relay's role may not execute the outbox functions: GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO <role>")
+		case err == nil:
+			return nil
+		case fatal(err):
+			return fmt.Errorf("outbox: the database cannot serve a relay: %w", describe(err))
+		}
+		wait = min(max(2*wait, r.cfg.poll), 5*time.Second)
+		r.cfg.logger.WarnContext(ctx, "outbox: relay waiting for the database", "err", describe(err), "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// fatal reports errors a relay cannot wait through.
+func fatal(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "3F000", "42883", "42501", "42P01": // no schema, no function, no privilege, no table
+		return true
+	}
+	return false
+}
+
+// describe names what an error from the database means for a relay.
+func describe(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "3F000", "42883":
+			return fmt.Errorf("fencelock schema or its outbox (migration 3) not installed: run migrations.Up(ctx, db), or: fencectl migrate up --db URL: %w", err)
+		case "25006":
+			return fmt.Errorf("the database is read-only (a standby, or default_transaction_read_only): nothing can be claimed until it is writable: %w", err)
+		}
+	}
+	return err
+}
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func (r *Relay) queryRow(ctx context.Context, sql string, args ...any) rowScanner {
+	rows, err := r.db.Query(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
+	if err != nil {
+		return errRow{err}
+	}
+	return pgxRow{rows}
+}
+
+type errRow struct{ err error }
+
+func (e errRow) Scan(...any) error { return e.err }
+
+type pgxRow struct{ rows pgx.Rows }
+
+func (p pgxRow) Scan(dest ...any) error {
+	defer p.rows.Close()
+	if !p.rows.Next() {
+		if err := p.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := p.rows.Scan(dest...); err != nil {
+		return err
+	}
+	p.rows.Close()
+	return p.rows.Err()
+}
+
+// listen wakes the relay on every NOTIFY fencelock_outbox, reconnecting
+// with backoff; polling goes on meanwhile.
+func (r *Relay) listen(ctx context.Context) {
+	pool := r.db.(acquirer)
+	var wait time.Duration
+	for ctx.Err() == nil {
+		err := func() error {
+			pc, err := pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			// The connection leaves the pool: it keeps listening.
+			conn := pc.Hijack()
+			defer conn.Close(context.WithoutCancel(ctx))
+			if _, err := conn.Exec(ctx, "LISTEN fencelock_outbox"); err != nil {
+				return err
+			}
+			wait = 0
+			r.Wake() // what was committed while no one listened
+			for {
+				if _, err := conn.WaitForNotification(ctx); err != nil {
+					return err
+				}
+				r.Wake()
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		wait = min(max(2*wait, 100*time.Millisecond), 5*time.Second)
+		r.cfg.logger.WarnContext(ctx, "outbox: relay's LISTEN connection failed; polling meanwhile", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+}
+
+// result is the outcome of one send.
+type result struct {
+	d     Delivery
+	claim int64
+	err   error
+	// until is when the claim expires: an ack that could not be recorded
+	// is retried until then, and then left to the next claim.
+	until time.Time
+}
+
+// loop is one Run: the only goroutine that talks to the database. Sends
+// run in goroutines of their own and report on results.
+type loop struct {
+	*Relay
+	results  chan result
+	inflight int
+	acks     []result // delivered or superseded: delete
+	fails    []result // failed: retry or dead
+	after    string   // the last ordered resource claimed, where the next claim starts
+	dbErrs   int
+	dbLogged time.Time
+}
+
+const (
+	shutdownTimeout = 10 * time.Second
+	maxErrorLen     = 1000
+)
+
+// ackLinger is how long a delivery's ack may wait for others to share its
+// statement.
+const ackLinger = 5 * time.Millisecond
+
+func (l *loop) run(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
+	// Claims and acks go in batches: a claim waits until half a batch of
+	// sends has finished (or none runs), an ack until half a batch of
+	// outcomes is there (or none runs, or ackLinger has passed), instead of
+	// one statement per send.
+	size := min(l.cfg.batch, l.cfg.concurrency)
+	half := max(size/2, 1)
+	due, lingering := true, false
+	for {
+		l.drain()
+		switch pending := len(l.acks) + len(l.fails); {
+		case pending == 0:
+		case pending >= half || l.inflight == 0 || ctx.Err() != nil:
+			l.flush(ctx)
+			linger.Stop()
+			lingering = false
+		case !lingering:
+			linger.Reset(ackLinger)
+			lingering = true
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if free := l.cfg.concurrency - l.inflight; due && (free >= half || l.inflight == 0) {
+			want := min(l.cfg.batch, free)
+			n, err := l.claim(ctx, want)
+			switch {
+			case err != nil && ctx.Err() != nil:
+			case err != nil:
+				due = false
+				timer.Reset(l.dbTrouble(ctx, "claim", err))
+			default:
+				l.dbFine(ctx)
+				// A full batch means there may be more: claim again as
+				// soon as there is room.
+				due = n == want
+				if !due {
+					timer.Reset(jittered(l.cfg.poll))
+				}
+			}
+		}
+		select {
+		case res := <-l.results:
+			l.handle(res)
+		case <-linger.C:
+			l.flush(ctx)
+			lingering = false
+		case <-l.wake:
+			due = true
+		case <-timer.C:
+			due = true
+		case <-ctx.Done():
+		}
+	}
+	// Stopping: no more claims; the sends in flight finish within their
+	// timeout, and their outcomes are recorded.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.sendTimeout+shutdownTimeout)
+	defer cancel()
+	for l.inflight > 0 {
+		select {
+		case res := <-l.results:
+			l.handle(res)
+		case <-dctx.Done():
+			l.cfg.logger.Warn("outbox: relay stopped with sends still running; their rows are claimed again after the visibility timeout", "sends", l.inflight)
+			l.inflight = 0
+		}
+	}
+	l.flush(dctx)
+}
+
+// dbTrouble logs a database error (the first, then every 30 s while it
+// lasts) and returns how long to wait before trying again.
+func (l *loop) dbTrouble(ctx context.Context, what string, err error) time.Duration {
+	l.dbErrs++
+	if l.dbErrs == 1 || time.Since(l.dbLogged) > 30*time.Second {
+		l.dbLogged = time.Now()
+		l.cfg.logger.WarnContext(ctx, "outbox: relay cannot "+what+"; retrying", "err", describe(err), "failures", l.dbErrs)
+	}
+	return jittered(min(l.cfg.poll<<min(l.dbErrs, 10), 5*time.Second))
+}
+
+func (l *loop) dbFine(ctx context.Context) {
+	if l.dbErrs > 0 {
+		l.cfg.logger.InfoContext(ctx, "outbox: relay reaches the database again", "failures", l.dbErrs)
+		l.dbErrs = 0
+	}
+}
+
+// drain takes the outcomes that are already there.
+func (l *loop) drain() {
+	for {
+		select {
+		case res := <-l.results:
+			l.handle(res)
+		default:
+			return
+		}
+	}
+}
+
+func (l *loop) handle(res result) {
+	l.inflight--
+	err := res.err
+	switch {
+	case err == nil:
+		l.stats.sent.Add(1)
+		l.acks = append(l.acks, res)
+	case errors.Is(err, ErrSuperseded):
+		l.stats.superseded.Add(1)
+		l.cfg.logger.Info("outbox: delivery superseded at the receiver, row deleted", "id", res.d.ID, "resource", res.d.Resource, "token", res.d.Token, "key", res.d.Key, "err", err)
+		l.acks = append(l.acks, res)
+	case errors.Is(err, ErrTerminal) || res.d.Attempt >= l.cfg.maxAttempts:
+		l.stats.dead.Add(1)
+		l.cfg.logger.Warn("outbox: delivery failed for good, row marked dead (fencectl outbox list --dead; requeue to try again)",
+			"id", res.d.ID, "resource", res.d.Resource, "key", res.d.Key, "destination", res.d.Destination, "attempt", res.d.Attempt, "err", err)
+		l.fails = append(l.fails, res)
+	default:
+		l.stats.failed.Add(1)
+		l.cfg.logger.Debug("outbox: delivery failed, will retry", "id", res.d.ID, "key", res.d.Key, "attempt", res.d.Attempt, "err", err)
+		l.fails = append(l.fails, res)
+	}
+}
+
+// flush records the outcomes gathered so far: deletes the rows sent and
+// reschedules or buries the failed ones, each only if its claim still
+// holds it. What cannot be recorded now is tried again at the next flush,
+// until its claim expires.
+func (l *loop) flush(ctx context.Context) {
+	if len(l.acks) > 0 {
+		claims, ids := make([]int64, len(l.acks)), make([]int64, len(l.acks))
+		for i, a := range l.acks {
+			claims[i], ids[i] = a.claim, a.d.ID
+		}
+		if _, err := l.db.Exec(ctx, `SELECT fencelock.outbox_ack($1, $2)`, pgx.QueryExecModeExec, claims, ids); err != nil {
+			l.acks = l.unexpired(l.acks)
+			l.dbTrouble(ctx, "record deliveries", err)
+		} else {
+			l.acks = l.acks[:0]
+		}
+	}
+	if len(l.fails) > 0 {
+		n := len(l.fails)
+		claims, ids, errs, delays, dead := make([]int64, n), make([]int64, n), make([]string, n), make([]int64, n), make([]bool, n)
+		for i, f := range l.fails {
+			claims[i], ids[i], errs[i] = f.claim, f.d.ID, oneLine(f.err.Error(), maxErrorLen)
+			dead[i] = errors.Is(f.err, ErrTerminal) || f.d.Attempt >= l.cfg.maxAttempts
+			if !dead[i] {
+				delays[i] = jittered(l.cfg.backoff(f.d.Attempt)).Milliseconds()
+			}
+		}
+		if _, err := l.db.Exec(ctx, `SELECT fencelock.outbox_retry($1, $2, $3, $4, $5)`, pgx.QueryExecModeExec, claims, ids, errs, delays, dead); err != nil {
+			l.fails = l.unexpired(l.fails)
+			l.dbTrouble(ctx, "record failed attempts", err)
+		} else {
+			l.fails = l.fails[:0]
+		}
+	}
+}
+
+func (l *loop) unexpired(rs []result) []result {
+	now := time.Now()
+	kept := rs[:0]
+	for _, r := range rs {
+		if now.Before(r.until) {
+			kept = append(kept, r)
+		}
+	}
+	return kept
+}
+
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		s = s[:max]
+	}
+	return s
+}
+
+// claim claims up to n due rows and starts their sends. It returns how
+// many it claimed.
+func (l *loop) claim(ctx context.Context, n int) (int, error) {
+	claim := rand.Int64()
+	start := time.Now()
+	rows, err := l.db.Query(ctx, `SELECT id, resource, token, holder, destination, key, payload, headers, ordered, attempts, created_at
+  FROM fencelock.outbox_claim($1, $2, $3 * interval '1 millisecond', $4)`,
+		pgx.QueryExecModeExec, claim, n, l.cfg.visibility.Milliseconds(), l.after)
+	if err != nil {
+		return 0, err
+	}
+	var ds []Delivery
+	for rows.Next() {
+		var d Delivery
+		var header map[string][]string
+		if err := rows.Scan(&d.ID, &d.Resource, &d.Token, &d.Holder, &d.Destination, &d.Key, &d.Payload, &header,
+			&d.Ordered, &d.Attempt, &d.Recorded); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		d.Header = header
+		ds = append(ds, d)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		// The claim's transaction did not commit: nothing is claimed.
+		return 0, err
+	}
+	l.stats.claimed.Add(uint64(len(ds)))
+	until := start.Add(l.cfg.visibility)
+	l.after = nextAfter(l.after, ds)
+	for _, d := range ds {
+		l.inflight++
+		go l.send(d, claim, until)
+	}
+	return len(ds), nil
+}
+
+// nextAfter is where the next claim's walk over ordered resources starts:
+// after the last resource this one reached, wrapping around.
+func nextAfter(after string, ds []Delivery) string {
+	var past, wrapped string
+	for _, d := range ds {
+		switch {
+		case !d.Ordered:
+		case d.Resource > after:
+			past = max(past, d.Resource)
+		default:
+			wrapped = max(wrapped, d.Resource)
+		}
+	}
+	switch {
+	case wrapped != "":
+		return wrapped
+	case past != "":
+		return past
+	}
+	return after
+}
+
+// send runs one Send, bounded by the send timeout even if the Sender
+// ignores its context, with a panic counted as a failed attempt.
+func (l *loop) send(d Delivery, claim int64, until time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.sendTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("outbox: Sender panicked: %v", p)
+			}
+		}()
+		done <- l.sender.Send(ctx, d)
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(l.cfg.sendTimeout + time.Second):
+		err = fmt.Errorf("outbox: Send did not return within the send timeout (%v) and ignores its context; the relay moved on", l.cfg.sendTimeout)
+	}
+	l.results <- result{d: d, claim: claim, err: err, until: until}
+}
