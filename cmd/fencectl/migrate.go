@@ -269,7 +269,7 @@ SELECT DISTINCT format('%I.%I', tn.nspname, cl.relname)
   JOIN pg_class cl ON cl.oid = t.tgrelid
   JOIN pg_namespace tn ON tn.oid = cl.relnamespace
   JOIN pg_proc p ON p.oid = t.tgfoid
- WHERE p.pronamespace = 'fencelock'::regnamespace AND NOT t.tgisinternal
+ WHERE p.pronamespace = 'fencelock'::regnamespace AND cl.relnamespace <> 'fencelock'::regnamespace AND NOT t.tgisinternal
  ORDER BY 1`)
 	if err != nil {
 		return nil, err
@@ -290,6 +290,8 @@ func (s *schemaContents) describe() string {
 			parts = append(parts, fmt.Sprintf("%d applied idempotency keys (fencelock.applied)", n))
 		case "runs":
 			parts = append(parts, fmt.Sprintf("%d runs, %d of them open (fencelock.runs)", n, s.openRuns))
+		case "outbox":
+			parts = append(parts, fmt.Sprintf("%d effects not yet delivered (fencelock.outbox)", n))
 		default:
 			parts = append(parts, fmt.Sprintf("%d rows in fencelock.%s", n, t))
 		}
