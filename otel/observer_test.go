@@ -416,3 +416,40 @@ func TestFinishedRunIsNotASpanError(t *testing.T) {
 	assert.True(t, matches(spanAttrs(execs[1]), []attribute.KeyValue{outcome("rejected"), reason("run_finished")}), "%v", execs[1].Attributes())
 	assert.Equal(t, codes.Unset, execs[1].Status().Code)
 }
+
+// Store.Advance is a span and a count: committed when the claim is
+// recorded, rejected stale_token (an Error) for an older token.
+func TestAdvanceSpans(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	store := e.store(t)
+	locks := e.client(t)
+	old, err := locks.Acquire(ctx, "adv", fence.WithFixedLease(30*time.Second))
+	require.NoError(t, err)
+	paused := lateWriter{name: old.Name(), holder: old.Holder(), token: old.Token()}
+	require.NoError(t, e.rdb.Del(ctx, fence.DefaultPrefix+"{adv}").Err())
+	l, err := locks.Acquire(ctx, "adv")
+	require.NoError(t, err)
+	defer l.Release(ctx)
+
+	parentCtx, parent := e.tp.Tracer("test").Start(ctx, "takeover")
+	require.NoError(t, store.Advance(parentCtx, l))
+	parent.End()
+	require.ErrorIs(t, store.Advance(ctx, paused), guard.ErrStaleToken)
+
+	spans := e.spansNamed("guard.Advance")
+	require.Len(t, spans, 2)
+	assert.Equal(t, parent.SpanContext().SpanID(), spans[0].Parent().SpanID(), "guard.Advance is a child of the caller's span")
+	assert.True(t, matches(spanAttrs(spans[0]), []attribute.KeyValue{outcome("committed"), reason("none"),
+		fencelockotel.KeyResource.String("adv"), fencelockotel.KeyToken.Int64(l.Token())}), "%v", spans[0].Attributes())
+	assert.Equal(t, codes.Unset, spans[0].Status().Code)
+	assert.True(t, matches(spanAttrs(spans[1]), []attribute.KeyValue{outcome("rejected"), reason("stale_token"),
+		fencelockotel.KeyToken.Int64(old.Token())}), "%v", spans[1].Attributes())
+	assert.Equal(t, codes.Error, spans[1].Status().Code)
+	assert.Contains(t, spans[1].Status().Description, "stale fencing token")
+
+	rm := e.collect(t)
+	assert.EqualValues(t, 1, count(t, rm, "fencelock.guard.advances", outcome("committed")))
+	assert.EqualValues(t, 1, count(t, rm, "fencelock.guard.advances", outcome("rejected"), reason("stale_token")))
+	assert.Empty(t, e.spansNamed("guard.Exec"), "Advance is not an Exec")
+}

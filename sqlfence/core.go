@@ -37,8 +37,9 @@ func WithLockTimeout(d time.Duration) Option { return Option(pgcore.WithLockTime
 func WithIdleTimeout(d time.Duration) Option { return Option(pgcore.WithIdleTimeout(d)) }
 
 // WithObserver adds o to the Store's observers: every guard.Exec through
-// the Store, and every Run.Step and Run.Finish, reports to it (see
-// guard.Observer; a metrics adapter, say). Set it once here rather than
+// the Store, and every Run.Step and Run.Finish, reports to it, and every
+// Advance to those that are guard.AdvanceObservers (see guard.Observer; a
+// metrics adapter, say). Set it once here rather than
 // per call with guard.WithObserver; each call of the option adds one. o
 // must implement at least one of guard's observer interfaces.
 func WithObserver(o guard.Observer) Option { return Option(pgcore.WithObserver(o)) }

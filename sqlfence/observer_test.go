@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -83,4 +84,40 @@ func TestWithObserverValidates(t *testing.T) {
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
 	_, err = sqlfence.New(db, sqlfence.WithObserver(struct{}{}))
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
+}
+
+type advanceRecorder struct {
+	mu  sync.Mutex
+	evs []guard.AdvanceEvent
+}
+
+func (r *advanceRecorder) OnAdvance(_ context.Context, e guard.AdvanceEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evs = append(r.evs, e)
+}
+
+// An observer of Advance alone is accepted, and hears each Advance that got
+// past input validation: recorded, refused as stale.
+func TestStoreAdvanceObserver(t *testing.T) {
+	ctx := testCtx(t)
+	_, db := newDB(t)
+	rec := &advanceRecorder{}
+	s := newStore(t, db, sqlfence.WithObserver(rec))
+
+	require.NoError(t, s.Advance(ctx, lease{"r", 5, "h"}))
+	require.ErrorIs(t, s.Advance(ctx, lease{"r", 4, "old"}), guard.ErrStaleToken)
+	require.ErrorIs(t, s.Advance(ctx, lease{"", 6, "h"}), guard.ErrInvalidLease)
+	require.ErrorIs(t, s.Advance(ctx, lease{strings.Repeat("x", guard.MaxResourceLen+1), 6, "h"}), guard.ErrInvalidInput)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Len(t, rec.evs, 2, "bad input is an error, not an event")
+	assert.Equal(t, guard.Committed, rec.evs[0].Outcome)
+	assert.Equal(t, "r", rec.evs[0].Resource)
+	assert.Equal(t, int64(5), rec.evs[0].Token)
+	assert.Positive(t, rec.evs[0].Duration)
+	assert.NoError(t, rec.evs[0].Err)
+	assert.Equal(t, guard.Rejected, rec.evs[1].Outcome)
+	assert.Equal(t, guard.ReasonStaleToken, rec.evs[1].Reason)
+	assert.ErrorIs(t, rec.evs[1].Err, guard.ErrStaleToken)
 }

@@ -2,6 +2,7 @@ package pgcore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,10 +40,14 @@ func (c *Core) Observers() []guard.Observer { return c.Settings.Observers }
 // own. A lease that says it is lost, released or closed is refused as
 // guard.Exec refuses it (a *guard.LeaseLostError), before anything is
 // sent.
-func (c *Core) Advance(ctx context.Context, lease guard.Lease) error {
+func (c *Core) Advance(ctx context.Context, lease guard.Lease) (err error) {
 	cl, err := guard.NewClaim(lease)
 	if err != nil {
 		return err
+	}
+	if obs := c.advanceObservers(); obs != nil {
+		start := time.Now()
+		defer func() { reportAdvance(ctx, obs, cl, start, err) }()
 	}
 	if err := guard.LeaseLost(lease, nil); err != nil {
 		return err
@@ -61,6 +66,32 @@ func (c *Core) Advance(ctx context.Context, lease guard.Lease) error {
 		c.Claims.Add(cl.Resource, cl.Token, cl.Holder)
 	}
 	return nil
+}
+
+// advanceObservers are the Store's observers that want Advance events;
+// nil for none (then Advance does not read the clock).
+func (c *Core) advanceObservers() []guard.AdvanceObserver {
+	var out []guard.AdvanceObserver
+	for _, o := range c.Settings.Observers {
+		if a, ok := o.(guard.AdvanceObserver); ok {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// reportAdvance hands the outcome of one Advance to obs; bad input is an
+// error returned at once, not an event (as for Exec).
+func reportAdvance(ctx context.Context, obs []guard.AdvanceObserver, cl guard.Claim, start time.Time, err error) {
+	if errors.Is(err, guard.ErrInvalidInput) {
+		return
+	}
+	e := guard.AdvanceEvent{Resource: cl.Resource, Token: cl.Token, Holder: cl.Holder, Duration: time.Since(start), Err: err}
+	e.Outcome, e.Reason = guard.Classify(err)
+	ctx = context.WithoutCancel(ctx)
+	for _, o := range obs {
+		o.OnAdvance(ctx, e)
+	}
 }
 
 // Prune is the stores' Prune.

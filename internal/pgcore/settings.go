@@ -68,8 +68,10 @@ func WithObserver(o guard.Observer) Option {
 		if o == nil {
 			return fmt.Errorf("%w: WithObserver(nil): pass an observer, or omit the option", guard.ErrInvalidOption)
 		}
-		if _, ok := o.(guard.ExecObserver); !ok {
-			return fmt.Errorf("%w: WithObserver(%T): it implements none of guard's observer interfaces (guard.ExecObserver)", guard.ErrInvalidOption, o)
+		_, exec := o.(guard.ExecObserver)
+		_, adv := o.(guard.AdvanceObserver)
+		if !exec && !adv {
+			return fmt.Errorf("%w: WithObserver(%T): it implements none of guard's observer interfaces (guard.ExecObserver, guard.AdvanceObserver)", guard.ErrInvalidOption, o)
 		}
 		s.Observers = append(s.Observers[:len(s.Observers):len(s.Observers)], o)
 		return nil
