@@ -83,7 +83,7 @@ func run() error {
 		"GOPROXY=file://"+filepath.ToSlash(proxy),
 		"GOSUMDB=off", // offline; the cache's files were verified when go downloaded them
 		"GOMODCACHE="+filepath.Join(tmp, "modcache"),
-		"GOFLAGS=-modcacherw", // so that the temporary module cache can be removed
+		goflags("-modcacherw"), // so that the temporary module cache can be removed
 		"GOWORK=off")
 	if err != nil {
 		return fmt.Errorf("go run %s@%s from an empty directory (the checkout served as that version): %w\n%s", cmdPath, version, err, fix)
@@ -109,7 +109,7 @@ func run() error {
 	if err := os.WriteFile(filepath.Join(consumer, "go.sum"), gosum, 0o644); err != nil {
 		return err
 	}
-	err = fencectlHelp(consumer, cmdPath, "GOPROXY=off", "GOFLAGS=-mod=readonly", "GOWORK=off")
+	err = fencectlHelp(consumer, cmdPath, "GOPROXY=off", goflags("-mod=readonly"), "GOWORK=off")
 	if err != nil {
 		return fmt.Errorf("go run %s from a module that requires the library with a replace to %s and holds its go.sum: %w\n%s", cmdPath, root, err, fix)
 	}
@@ -270,6 +270,18 @@ func inNestedModule(root, dir string, memo map[string]bool) bool {
 	v := err == nil || inNestedModule(root, filepath.Dir(dir), memo)
 	memo[dir] = v
 	return v
+}
+
+// goflags is GOFLAGS with flags added to the caller's own (less any -mod,
+// which the check sets itself).
+func goflags(flags string) string {
+	var keep []string
+	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+		if !strings.HasPrefix(f, "-mod=") {
+			keep = append(keep, f)
+		}
+	}
+	return "GOFLAGS=" + strings.Join(append(keep, flags), " ")
 }
 
 func goEnv(name string) (string, error) {

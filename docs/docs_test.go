@@ -273,7 +273,7 @@ func buildBlocks(t *testing.T, root, mod string, blocks []block, out string) {
 	}
 	cmd := exec.Command(goBin(), append(args, pkgs...)...)
 	cmd.Dir = filepath.Join(root, mod)
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOWORK=off")
+	cmd.Env = append(os.Environ(), goflags("-mod=readonly"), "GOWORK=off")
 	msg, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("a Go block shown in the docs does not build against the checkout (fix the doc, or the code it shows):\n%s",
@@ -417,6 +417,18 @@ func repoRoot(t *testing.T) string {
 		t.Fatalf("no go.mod in %s: run the test from the docs directory of the checkout", root)
 	}
 	return root
+}
+
+// goflags is GOFLAGS with flags added to the caller's own (less any -mod,
+// which the test sets itself).
+func goflags(flags string) string {
+	var keep []string
+	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+		if !strings.HasPrefix(f, "-mod=") {
+			keep = append(keep, f)
+		}
+	}
+	return "GOFLAGS=" + strings.Join(append(keep, flags), " ")
 }
 
 func goBin() string {
