@@ -38,7 +38,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 	l, rep, err := c.attempt(ctx, name, keysFor(cfg.prefix, name), cfg, holder)
 	switch {
 	case err != nil:
-		err = attemptErr(ctx, name, err)
+		err = c.attemptErr(ctx, name, err, nil)
 	case l == nil:
 		err = fmt.Errorf("%w: %q is held by another holder (expires in %v)",
 			ErrNotAcquired, name, time.Duration(rep.pttl)*time.Millisecond)
@@ -67,23 +67,41 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 	start := time.Now()
 	holder := holderFor(cfg)
 	k := keysFor(cfg.prefix, name)
-	// Uncontended path: one round trip, no subscription, bounded by ctx
-	// like TryAcquire (no wait-limit context and timer for a lock that is
-	// free). Skipped when waiters of this client already queue for the
-	// name: the lock goes to them first (see waiter).
-	var rep acquireReply
+	// Every attempt, the first too, is bounded by the wait's end: an
+	// attempt that meets an outage (dials retried with backoff) ends with
+	// the wait, not at ctx's later deadline.
+	wctx, cancel := waitContext(ctx, cfg, start)
+	defer cancel()
+	// Uncontended path: one round trip, no subscription. Skipped when
+	// waiters of this client already queue for the name: the lock goes
+	// to them first (see waiter).
+	var (
+		rep     acquireReply
+		lastErr error
+	)
 	if !c.waiter.queued(k.channel) {
 		var l *Lock
-		l, rep, err = c.attempt(ctx, name, k, cfg, holder)
+		l, rep, err = c.attempt(wctx, name, k, cfg, holder)
 		// A transient error (failover, restart) is waited through, like
 		// a held lock.
-		if l != nil || (err != nil && (!transient(err) || ctxEnded(ctx))) {
-			err = attemptErr(ctx, name, err)
+		if l != nil || (err != nil && (!transient(err) || ctxEnded(wctx))) {
+			err = c.attemptErr(wctx, name, err, nil)
 			c.observeAcquire(ctx, name, holder, start, 0, l, rep, err)
 			return l, err
 		}
+		lastErr = err
 	}
-	return c.wait(ctx, name, k, cfg, holder, start, rep)
+	return c.wait(ctx, wctx, name, k, cfg, holder, start, rep, lastErr)
+}
+
+// waitContext is the context that bounds an Acquire: ctx, ended at the
+// wait limit when WithWaitLimit was given or ctx has no deadline (so that
+// a wait always ends).
+func waitContext(ctx context.Context, cfg config, start time.Time) (context.Context, context.CancelFunc) {
+	if _, has := ctx.Deadline(); cfg.waitLimitSet || !has {
+		return context.WithDeadlineCause(ctx, start.Add(cfg.waitLimit), cfg.waitLimitErr)
+	}
+	return ctx, func() {}
 }
 
 func (c *Client) observeAcquire(ctx context.Context, name, holder string, start time.Time, waited time.Duration,
@@ -107,15 +125,50 @@ func pttlDuration(pttl int64) time.Duration {
 	return time.Duration(pttl) * time.Millisecond
 }
 
-// attemptErr turns an attempt's error into the caller's: an attempt or
+// attemptErr turns an attempt's error into the caller's. An attempt or
 // wait that ended with ctx (or the wait context) matches ErrNotAcquired
-// and the context's cause.
-func attemptErr(ctx context.Context, name string, err error) error {
-	if err == nil {
+// and the context's cause, joined with the last transient error: last, or
+// err itself when the end cut short an attempt that met one, or what
+// dialCause finds when go-redis's retries hid the cause behind the
+// context's error. Other Redis errors are the attempt's, with the name;
+// fence's own (ErrClosed, *ReplicaSyncError) pass as they are.
+func (c *Client) attemptErr(ctx context.Context, name string, err, last error) error {
+	var (
+		rse    *ReplicaSyncError
+		unsent unsentError
+	)
+	switch {
+	case err == nil:
 		return nil
+	case errors.Is(err, ErrClosed) || errors.As(err, &rse):
+		return err
+	case ctxEnded(ctx):
+		switch {
+		case transient(err):
+			last = err
+		case last == nil && !errors.As(err, &unsent):
+			last = c.dialCause(name)
+		}
+		return waitEndErr(ctx, name, last)
 	}
-	if ctxEnded(ctx) && !errors.Is(err, ErrClosed) {
-		return notAcquiredCtx(ctx, name)
+	return fmt.Errorf("fence: acquire %q: %w", name, err)
+}
+
+// unsentError is an attempt's error when its context was done before
+// anything was sent.
+type unsentError struct{ err error }
+
+func (e unsentError) Error() string { return e.err.Error() }
+func (e unsentError) Unwrap() error { return e.err }
+
+// waitEndErr is the error of an acquisition that ended with ctx: it
+// matches ErrNotAcquired and ctx's cause, and last, the transient error
+// the wait was riding out, if any (an outage is then told apart from
+// contention).
+func waitEndErr(ctx context.Context, name string, last error) error {
+	err := notAcquiredCtx(ctx, name)
+	if last != nil {
+		err = fmt.Errorf("%w; last error: %w", err, last)
 	}
 	return err
 }
@@ -142,8 +195,8 @@ func notAcquiredCtx(ctx context.Context, name string) error {
 // Do acquires name (waiting like [Client.Acquire]), runs fn with a context
 // that is cancelled when ctx is done or the lock is lost, and releases the
 // lock. It returns fn's error joined with the lock's loss ([ErrLockLost],
-// [ErrMaxHold]) if the lock was lost while fn ran, or with the release
-// error.
+// [ErrMaxHold]) if the lock was lost while fn ran (once: an error of fn
+// that wraps the loss is returned alone), or with the release error.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	if fn == nil {
 		return invalidOption("Do(%q): fn is nil", name)
@@ -159,17 +212,22 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	cancel(nil)
 	lost := l.Err()
 	rerr := l.Release(ctx)
-	if lost != nil {
-		return oneline.Join(ferr, lost)
+	switch {
+	case lost == nil:
+		return oneline.Join(ferr, rerr)
+	case errors.Is(ferr, lost):
+		// fn returned the loss already (wrapped, as guard.Exec does):
+		// once is enough.
+		return ferr
 	}
-	return oneline.Join(ferr, rerr)
+	return oneline.Join(ferr, lost)
 }
 
 // attempt runs the acquire script once. It returns the lock, or the reply
 // saying the lock is held.
 func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, holder string) (*Lock, acquireReply, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, acquireReply{}, err // a done ctx sends nothing
+		return nil, acquireReply{}, unsentError{err} // a done ctx sends nothing
 	}
 	call := scriptCall{keys: []string{k.lock, k.seq}, args: []any{holder, cfg.leaseArg, seqIdleExpiry}}
 	start := time.Now()
@@ -189,7 +247,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 	}
 	if err != nil {
 		c.refreshTopology(err)
-		return nil, acquireReply{}, fmt.Errorf("fence: acquire %q: %w", name, err)
+		return nil, acquireReply{}, err // the caller names the call (attemptErr)
 	}
 	if !rep.acquired {
 		return nil, rep, nil

@@ -86,10 +86,24 @@
 // clock does. See acquire.lua for the argument, and [Client.RaiseCounter]
 // for the repair when both happened.
 //
+// # Errors
+//
+// Each message names its cause once, with one "fence:" prefix: a wait that
+// ends says why it ended and, when it was riding out an outage, the last
+// error it met ("last error: dial tcp ...: connection refused", so an
+// outage is not read as contention); a call on a lock that ended says how
+// it ended. The errors match the sentinels and types of [ErrNotAcquired]
+// and its siblings with errors.Is and errors.As. Bad input — an unusable
+// name, prefix or holder id, an option out of range, two options that set
+// the same thing in one call — is refused with [ErrInvalidName] or
+// [ErrInvalidOption] before anything is sent, with a message that says
+// what to change.
+//
 // # Footprint on the server
 //
-// Per lock name (a name is 1 to 512 bytes without '{' or '}'; the keys
-// share the hash tag {<name>}, so they live in one cluster slot):
+// Per lock name (a name is 1 to 512 bytes of UTF-8 without control
+// characters, '{' or '}'; the keys share the hash tag {<name>}, so they
+// live in one cluster slot):
 //   - <prefix>{<name>}, the lock: a string "<token>:<holder>" (16 digits,
 //     ':', the holder id: 32 hex characters by default), present while the
 //     lock is held, with the lease as its expiry;

@@ -3,6 +3,7 @@ package fence
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -17,8 +18,9 @@ var (
 	// ErrNotHeld is returned by [Lock.Release] and [Lock.Refresh] when the
 	// lock is no longer ours: on the server (it expired, was deleted, or
 	// another holder has it), or locally (a second Release; a lock that
-	// was lost or reached its max hold, whose cause the error carries
-	// too). Every method of a nil *Lock that returns an error returns it.
+	// was released, lost, closed or reached its max hold, whose own error
+	// — [Lock.Err] — the returned error matches too). Every method of a
+	// nil *Lock that returns an error returns it.
 	ErrNotHeld = errors.New("fence: lock not held")
 
 	// ErrLockLost is matched by the cause of a lock's context (see
@@ -126,6 +128,11 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
+	return fmt.Sprintf("fence: lock lost: %q token %d: %s", e.Name, e.Token, e.why())
+}
+
+// why is the reason alone, for messages that name the lock already.
+func (e *LostError) why() string {
 	var why string
 	switch e.Reason {
 	case ReasonGone:
@@ -145,9 +152,31 @@ func (e *LostError) Error() string {
 	default:
 		why = "unknown reason"
 	}
-	return fmt.Sprintf("fence: lock lost: %q token %d: %s", e.Name, e.Token, why)
+	return why
 }
 
 // Unwrap makes errors.Is(err, ErrLockLost) true. The last renewal error is
 // not unwrapped: a loss is not a timeout of the caller's context.
 func (e *LostError) Unwrap() error { return ErrLockLost }
+
+// endedError is the error of a call on a lock that is no longer held: it
+// matches [ErrNotHeld] and the cause (errors.Is, errors.As: a
+// [*LostError], [ErrMaxHold], [ErrReleased], [ErrClosed]), and its message
+// names the lock and the cause once, with one "fence:" prefix.
+type endedError struct {
+	msg   string
+	cause error
+}
+
+func (e *endedError) Error() string   { return e.msg }
+func (e *endedError) Unwrap() []error { return []error{ErrNotHeld, e.cause} }
+
+// ended is ErrNotHeld for l with cause; when says when it was found.
+func ended(l *Lock, when string, cause error) error {
+	text := strings.TrimPrefix(cause.Error(), "fence: ")
+	var le *LostError
+	if errors.As(cause, &le) {
+		text = "lock lost: " + le.why() // the name and token are given already
+	}
+	return &endedError{msg: fmt.Sprintf("%v: %q token %d %s: %s", ErrNotHeld, l.name, l.token, when, text), cause: cause}
+}

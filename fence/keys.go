@@ -3,6 +3,8 @@ package fence
 import (
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // MaxNameLen is the longest lock name accepted, in bytes. Holder ids
@@ -13,7 +15,8 @@ import (
 // accepted there.
 const MaxNameLen = 512
 
-// validateName rejects names that cannot be used safely. Braces are
+// validateName rejects names that cannot be used safely (see textProblem
+// for the characters). Braces are
 // rejected rather than escaped: the name is the cluster hash tag of its
 // keys (<prefix>{<name>}), and a '}' inside it would end the tag early and
 // put the lock key and its counter in different slots; an escaping scheme
@@ -29,7 +32,27 @@ func validateName(name string) error {
 		return fmt.Errorf("%w: %q contains '{' or '}', which would break the cluster hash tag of its keys; use other characters",
 			ErrInvalidName, name)
 	}
+	if why := textProblem(name); why != "" {
+		return fmt.Errorf("%w: %q %s; use printable UTF-8 text (encode binary names, e.g. in hex)", ErrInvalidName, name, why)
+	}
 	return nil
+}
+
+// textProblem says what makes s unfit for a name, a holder id or a
+// prefix, or "" when it is fit: it must be valid UTF-8 without control
+// characters, because it reaches Redis keys, log lines, operators'
+// terminals and the fence table (Postgres text refuses invalid UTF-8 and
+// NUL).
+func textProblem(s string) string {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			return fmt.Sprintf("is not valid UTF-8 (at byte %d)", i)
+		case unicode.IsControl(r):
+			return fmt.Sprintf("contains a control character (%U at byte %d)", r, i)
+		}
+	}
+	return ""
 }
 
 // keys are the Redis keys of one lock name. All three share the hash tag

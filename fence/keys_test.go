@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
@@ -19,12 +20,19 @@ func TestValidateName(t *testing.T) {
 		{"a{b", "'{' or '}'"},
 		{"a}b", "'{' or '}'"},
 		{"{}", "'{' or '}'"},
+		{"a\x00b", "contains a control character (U+0000 at byte 1); use printable UTF-8 text"},
+		{"line\nbreak", "control character (U+000A at byte 4)"},
+		{"del\x7f", "control character (U+007F at byte 3)"},
+		{"c1\u0085", "control character (U+0085 at byte 2)"},
+		{"\x00\xff", "control character (U+0000 at byte 0)"},
+		{"ok\xff", "is not valid UTF-8 (at byte 2)"},
+		{"\xed\xa0\x80", "is not valid UTF-8 (at byte 0)"}, // a UTF-16 surrogate
 	} {
 		err := validateName(tc.name)
 		require.ErrorIs(t, err, ErrInvalidName, "%q", tc.name)
 		assert.Contains(t, err.Error(), tc.want)
 	}
-	for _, ok := range []string{"a", "stock-sync:warehouse/7", "ünïcødé", "with space", strings.Repeat("x", MaxNameLen), "\x00\xff"} {
+	for _, ok := range []string{"a", "stock-sync:warehouse/7", "ünïcødé", "with space", strings.Repeat("x", MaxNameLen), "\uFFFD", "no\u00a0break"} {
 		assert.NoError(t, validateName(ok), "%q", ok)
 	}
 }
@@ -49,7 +57,8 @@ func FuzzName(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, name string) {
 		err := validateName(name)
-		bad := name == "" || len(name) > MaxNameLen || strings.ContainsAny(name, "{}")
+		bad := name == "" || len(name) > MaxNameLen || strings.ContainsAny(name, "{}") || !utf8.ValidString(name) ||
+			strings.ContainsFunc(name, unicode.IsControl)
 		if bad != (err != nil) {
 			t.Fatalf("validateName(%q) = %v, want bad=%v", name, err, bad)
 		}

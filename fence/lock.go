@@ -143,10 +143,13 @@ func (l *Lock) renewCall(leaseArg any) scriptCall {
 }
 
 // Refresh extends a fixed-lease lock ([WithFixedLease]) to lease from now
-// (at least [MinLease]), and moves [Lock.Deadline]. It returns [ErrNotHeld]
-// (and the lock is lost) when the lock is no longer ours, the lock's error
-// when it was already lost or released, and an error for a lock the
-// watchdog renews. ctx bounds the round trip.
+// (at least [MinLease]), and moves [Lock.Deadline]. A lock that ended
+// (released, lost, max hold, closed) is refused with an error matching
+// [ErrNotHeld] and the lock's own error ([Lock.Err]: [ErrReleased], a
+// [*LostError], ...), whatever kind of lock it was; one that the server
+// no longer holds for us is refused the same way, and is lost from then
+// on. A held lock that the watchdog renews is refused with
+// [ErrInvalidOption]. ctx bounds the round trip.
 func (l *Lock) Refresh(ctx context.Context, lease time.Duration) error {
 	if l == nil {
 		return errNilLock("Refresh")
@@ -154,13 +157,13 @@ func (l *Lock) Refresh(ctx context.Context, lease time.Duration) error {
 	if l.c.isClosed() {
 		return ErrClosed
 	}
+	if err := l.Err(); err != nil {
+		return ended(l, "ended before Refresh", err)
+	}
 	if !l.fixed {
 		return invalidOption("Refresh on lock %q: the watchdog renews it; Refresh is for WithFixedLease locks", l.name)
 	}
 	if err := checkLease("Refresh", lease); err != nil {
-		return err
-	}
-	if err := l.Err(); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -172,10 +175,10 @@ func (l *Lock) Refresh(ctx context.Context, lease time.Duration) error {
 	if res != renewOK {
 		cause := l.renewLoss(res, other)
 		l.c.wd.lose(l, cause, time.Now())
-		return fmt.Errorf("%w: %w", ErrNotHeld, cause)
+		return ended(l, "found by Refresh", cause)
 	}
 	if !l.c.wd.refreshed(l, start, lease) {
-		return l.Err()
+		return ended(l, "ended during Refresh", l.Err())
 	}
 	return nil
 }

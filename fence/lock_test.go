@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +104,9 @@ func TestReleaseAfterLocalLossReportsIt(t *testing.T) {
 	var lost *fence.LostError
 	require.ErrorAs(t, err, &lost)
 	assert.Equal(t, fence.ReasonDeadline, lost.Reason)
+	assert.Equal(t, 1, strings.Count(err.Error(), "fence:"), "one prefix: %v", err)
+	assert.Contains(t, err.Error(), `"rl" token `)
+	assert.Contains(t, err.Error(), "ended before Release: lock lost: no renewal succeeded before the local deadline")
 
 	// Max hold: the key is still ours until its lease ends; Release
 	// frees it and reports why the lock had ended.
@@ -112,7 +116,65 @@ func TestReleaseAfterLocalLossReportsIt(t *testing.T) {
 	err = m.Release(ctx)
 	assert.ErrorIs(t, err, fence.ErrNotHeld)
 	assert.ErrorIs(t, err, fence.ErrMaxHold)
+	assert.Equal(t, 1, strings.Count(err.Error(), "fence:"), "one prefix: %v", err)
+	assert.Contains(t, err.Error(), "ended before Release: max hold time reached")
 	n, err = r.Client().Exists(ctx, lockKey(r, "mh")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "released after max hold")
+}
+
+// A lock that ended is refused by Refresh with its own error, whether the
+// watchdog renewed it or it had a fixed lease: the error matches
+// ErrNotHeld and what Err says (released, lost, closed), never "invalid
+// option", and names the cause once.
+func TestRefreshEndedLock(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 20*time.Second)
+	for _, kind := range []struct {
+		name string
+		opts []fence.LockOption
+	}{{"watchdog", nil}, {"fixed", []fence.LockOption{fence.WithFixedLease(10 * time.Second)}}} {
+		t.Run(kind.name, func(t *testing.T) {
+			c := newClient(t, r, nil, fence.WithLease(time.Second))
+			check := func(l *fence.Lock, want error) {
+				t.Helper()
+				err := l.Refresh(ctx, time.Second)
+				require.Error(t, err)
+				assert.ErrorIs(t, err, fence.ErrNotHeld)
+				assert.ErrorIs(t, err, want)
+				assert.ErrorIs(t, err, l.Err(), "the lock's own error")
+				assert.NotErrorIs(t, err, fence.ErrInvalidOption)
+				assert.Equal(t, 1, strings.Count(err.Error(), "fence:"), "one prefix: %v", err)
+				t.Log(err)
+			}
+
+			released, err := c.Acquire(ctx, kind.name+"-released", kind.opts...)
+			require.NoError(t, err)
+			require.NoError(t, released.Release(ctx))
+			check(released, fence.ErrReleased)
+
+			lost, err := c.Acquire(ctx, kind.name+"-lost", kind.opts...)
+			require.NoError(t, err)
+			require.NoError(t, r.Client().Set(ctx, lockKey(r, kind.name+"-lost"), "1:someone-else", time.Minute).Err())
+			if kind.opts == nil {
+				select { // the watchdog's next renewal finds it taken
+				case <-lost.Done():
+				case <-ctx.Done():
+					t.Fatal("the watchdog did not find the lock taken")
+				}
+			} else { // the first Refresh finds it taken, the next one knows
+				err := lost.Refresh(ctx, time.Second)
+				assert.ErrorIs(t, err, fence.ErrNotHeld)
+				assert.ErrorContains(t, err, `holder "someone-else" has it with token 1`)
+			}
+			check(lost, fence.ErrLockLost)
+
+			other := newClient(t, r, nil)
+			closed, err := other.Acquire(ctx, kind.name+"-closed", kind.opts...)
+			require.NoError(t, err)
+			require.NoError(t, other.Close(ctx))
+			assert.ErrorIs(t, closed.Refresh(ctx, time.Second), fence.ErrClosed)
+			assert.ErrorIs(t, closed.Err(), fence.ErrClosed)
+		})
+	}
 }

@@ -78,6 +78,37 @@ type config struct {
 	logSet         bool         // WithLogger given: losses and renewal failures are logged
 	observers      []Observer
 	holder         string
+	// given names, per setting, the option that set it in the list being
+	// applied: a second option for the same setting in one list is a
+	// contradiction (WithLease and WithFixedLease, say), not "last wins".
+	given [numSettings]string
+}
+
+// setting is what an option sets; WithObserver adds and is not one.
+type setting uint8
+
+const (
+	setLease setting = iota // WithLease, WithFixedLease
+	setMaxHold
+	setWaitLimit
+	setReplicaSync
+	setPrefix
+	setLogger
+	setHolder
+	numSettings
+)
+
+var settingNames = [numSettings]string{"the lease", "the max hold", "the wait limit", "replica sync",
+	"the key prefix", "the logger", "the holder id"}
+
+// set records that the option desc sets s, or refuses a second option
+// for s in the same list.
+func (c *config) set(s setting, desc string) error {
+	if prev := c.given[s]; prev != "" {
+		return invalidOption("%s and %s both set %s; pass one of them", prev, desc, settingNames[s])
+	}
+	c.given[s] = desc
+	return nil
 }
 
 func defaultConfig() config {
@@ -92,6 +123,7 @@ func defaultConfig() config {
 }
 
 func (c *config) applyClient(opts []ClientOption) error {
+	c.given = [numSettings]string{}
 	for _, o := range opts {
 		if o == nil {
 			return invalidOption("New: nil ClientOption")
@@ -100,11 +132,11 @@ func (c *config) applyClient(opts []ClientOption) error {
 			return err
 		}
 	}
-	c.finish()
-	return nil
+	return c.finish()
 }
 
 func (c *config) applyLock(opts []LockOption) error {
+	c.given = [numSettings]string{}
 	for _, o := range opts {
 		if o == nil {
 			return invalidOption("nil LockOption")
@@ -113,18 +145,19 @@ func (c *config) applyLock(opts []LockOption) error {
 			return err
 		}
 	}
-	c.finish()
-	return nil
+	return c.finish()
 }
 
 // finish derives the values made once per config rather than per call.
-func (c *config) finish() {
+func (c *config) finish() error {
 	c.leaseArg = c.lease.Milliseconds()
 	c.waitLimitErr = waitLimitErr(c.waitLimit)
+	return nil
 }
 
 func waitLimitErr(d time.Duration) error {
-	return fmt.Errorf("fence: wait limit %v reached: %w", d, context.DeadlineExceeded)
+	// No "fence:" prefix: it is the cause inside ErrNotAcquired's message.
+	return fmt.Errorf("wait limit %v reached: %w", d, context.DeadlineExceeded)
 }
 
 func checkLease(what string, d time.Duration) error {
@@ -135,11 +168,29 @@ func checkLease(what string, d time.Duration) error {
 }
 
 // WithPrefix sets the prefix of every key (default "fence:"). It must not
-// contain '{' or '}': the lock name is the keys' hash tag.
+// be empty, nor contain '{' or '}' (the lock name is the keys' hash tag),
+// and it follows the rules of names: valid UTF-8, no control characters.
+//
+// An empty prefix is refused rather than allowed: the keys would be
+// "{<name>}" and "{<name>}:seq", among the application's own keys, where
+// an operator (or fencectl's listing, which scans for the prefix) cannot
+// tell locks apart and a lock could overwrite an application key that
+// happens to have that form.
 func WithPrefix(p string) ClientOption {
 	return clientOnly(func(c *config) error {
-		if strings.ContainsAny(p, "{}") {
-			return invalidOption("WithPrefix(%q): a prefix must not contain '{' or '}', the lock name is the keys' hash tag", p)
+		desc := fmt.Sprintf("WithPrefix(%q)", p)
+		switch {
+		case p == "":
+			return invalidOption("WithPrefix(\"\"): an empty prefix mixes lock keys with the application's; "+
+				"keep the default %q or give a prefix of your own such as \"myapp:fence:\"", DefaultPrefix)
+		case strings.ContainsAny(p, "{}"):
+			return invalidOption("%s: a prefix must not contain '{' or '}', the lock name is the keys' hash tag", desc)
+		}
+		if why := textProblem(p); why != "" {
+			return invalidOption("%s: the prefix %s; use printable UTF-8 text", desc, why)
+		}
+		if err := c.set(setPrefix, desc); err != nil {
+			return err
 		}
 		c.prefix = p
 		return nil
@@ -152,6 +203,9 @@ func WithPrefix(p string) ClientOption {
 func WithLease(d time.Duration) Option {
 	return both(func(c *config) error {
 		if err := checkLease("WithLease", d); err != nil {
+			return err
+		}
+		if err := c.set(setLease, fmt.Sprintf("WithLease(%v)", d)); err != nil {
 			return err
 		}
 		c.lease, c.fixed = d, false
@@ -169,6 +223,9 @@ func WithFixedLease(d time.Duration) Option {
 		if err := checkLease("WithFixedLease", d); err != nil {
 			return err
 		}
+		if err := c.set(setLease, fmt.Sprintf("WithFixedLease(%v)", d)); err != nil {
+			return err
+		}
 		c.lease, c.fixed = d, true
 		return nil
 	})
@@ -177,11 +234,17 @@ func WithFixedLease(d time.Duration) Option {
 // WithMaxHold bounds how long a lock may be held: at d after acquisition
 // the watchdog stops renewing and the lock's context is cancelled with
 // [ErrMaxHold], so a hung holder cannot keep a lock forever. 0 (default)
-// means no limit.
+// means no limit; a limit is at least [MinLease].
 func WithMaxHold(d time.Duration) Option {
 	return both(func(c *config) error {
-		if d < 0 {
+		switch {
+		case d < 0:
 			return invalidOption("WithMaxHold(%v): must be positive, or 0 for no limit", d)
+		case d > 0 && d < MinLease:
+			return invalidOption("WithMaxHold(%v): a max hold must be at least %v (MinLease), or 0 for no limit", d, MinLease)
+		}
+		if err := c.set(setMaxHold, fmt.Sprintf("WithMaxHold(%v)", d)); err != nil {
+			return err
 		}
 		c.maxHold = d
 		return nil
@@ -195,6 +258,9 @@ func WithWaitLimit(d time.Duration) Option {
 	return both(func(c *config) error {
 		if d <= 0 {
 			return invalidOption("WithWaitLimit(%v): must be positive; use TryAcquire for a single attempt", d)
+		}
+		if err := c.set(setWaitLimit, fmt.Sprintf("WithWaitLimit(%v)", d)); err != nil {
+			return err
 		}
 		c.waitLimit, c.waitLimitSet = d, true
 		return nil
@@ -214,6 +280,9 @@ func WithReplicaSync(replicas int, timeout time.Duration) Option {
 		if replicas > 0 && timeout <= 0 {
 			return invalidOption("WithReplicaSync(%d, %v): timeout must be positive (WAIT 0 would block forever)", replicas, timeout)
 		}
+		if err := c.set(setReplicaSync, fmt.Sprintf("WithReplicaSync(%d, %v)", replicas, timeout)); err != nil {
+			return err
+		}
 		c.replicas, c.replicaTimeout = replicas, timeout
 		return nil
 	})
@@ -229,6 +298,9 @@ func WithLogger(l *slog.Logger) ClientOption {
 	return clientOnly(func(c *config) error {
 		if l == nil {
 			return invalidOption("WithLogger(nil): pass a logger, or omit the option")
+		}
+		if err := c.set(setLogger, "WithLogger"); err != nil {
+			return err
 		}
 		c.logger, c.logSet = l, true
 		return nil
@@ -263,6 +335,12 @@ func WithHolder(id string) Option {
 	return both(func(c *config) error {
 		if id == "" || len(id) > MaxNameLen {
 			return invalidOption("WithHolder(%q): the id must be 1 to %d bytes", id, MaxNameLen)
+		}
+		if why := textProblem(id); why != "" {
+			return invalidOption("WithHolder(%q): the id %s; use printable UTF-8 text (encode binary ids, e.g. in hex)", id, why)
+		}
+		if err := c.set(setHolder, fmt.Sprintf("WithHolder(%q)", id)); err != nil {
+			return err
 		}
 		c.holder = id
 		return nil

@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -20,6 +21,11 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		opt  fence.ClientOption
 		want string
 	}{
+		{"max hold below the minimum lease", fence.WithMaxHold(time.Millisecond), "at least 100ms (MinLease), or 0"},
+		{"empty prefix", fence.WithPrefix(""), `keep the default "fence:" or give a prefix of your own`},
+		{"prefix with a newline", fence.WithPrefix("a\nb:"), "control character (U+000A at byte 1)"},
+		{"prefix not UTF-8", fence.WithPrefix("\xff:"), "not valid UTF-8 (at byte 0)"},
+		{"holder with a NUL", fence.WithHolder("h\x00"), "control character (U+0000 at byte 1)"},
 		{"zero lease", fence.WithLease(0), "at least"},
 		{"negative lease", fence.WithLease(-time.Second), "at least"},
 		{"short lease", fence.WithLease(50 * time.Millisecond), "at least 100ms"},
@@ -43,7 +49,34 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	_, err := fence.New(nil)
+	// Two options for one setting contradict each other: refused, naming
+	// both, rather than the last one silently winning.
+	for _, tc := range []struct {
+		opts []fence.ClientOption
+		want string
+	}{
+		{[]fence.ClientOption{fence.WithLease(time.Second), fence.WithFixedLease(2 * time.Second)},
+			"WithLease(1s) and WithFixedLease(2s) both set the lease; pass one of them"},
+		{[]fence.ClientOption{fence.WithLease(time.Second), fence.WithLease(2 * time.Second)},
+			"WithLease(1s) and WithLease(2s) both set the lease"},
+		{[]fence.ClientOption{fence.WithPrefix("a:"), fence.WithPrefix("b:")}, `WithPrefix("a:") and WithPrefix("b:") both set the key prefix`},
+		{[]fence.ClientOption{fence.WithWaitLimit(time.Second), fence.WithWaitLimit(time.Minute)}, "both set the wait limit"},
+		{[]fence.ClientOption{fence.WithMaxHold(time.Second), fence.WithMaxHold(0)}, "both set the max hold"},
+		{[]fence.ClientOption{fence.WithHolder("a"), fence.WithHolder("b")}, "both set the holder id"},
+		{[]fence.ClientOption{fence.WithReplicaSync(1, time.Second), fence.WithReplicaSync(0, 0)}, "both set replica sync"},
+		{[]fence.ClientOption{fence.WithLogger(slog.Default()), fence.WithLogger(slog.Default())}, "both set the logger"},
+	} {
+		c, err := fence.New(r.Client(), tc.opts...)
+		require.ErrorIs(t, err, fence.ErrInvalidOption)
+		assert.Nil(t, c)
+		assert.ErrorContains(t, err, tc.want)
+	}
+	// Several observers are not a contradiction.
+	c, err := fence.New(r.Client(), fence.WithObserver(newRecorder()), fence.WithObserver(newRecorder()))
+	require.NoError(t, err)
+	require.NoError(t, c.Close(context.Background()))
+
+	_, err = fence.New(nil)
 	assert.ErrorIs(t, err, fence.ErrInvalidOption)
 	var nilClient *redis.Client
 	_, err = fence.New(nilClient)
@@ -66,6 +99,10 @@ func TestAcquireRejectsBadInput(t *testing.T) {
 		want error
 	}{
 		{"empty name", "", nil, fence.ErrInvalidName},
+		{"NUL in name", "a\x00b", nil, fence.ErrInvalidName},
+		{"newline in name", "a\nb", nil, fence.ErrInvalidName},
+		{"name not UTF-8", "\xff\xfe", nil, fence.ErrInvalidName},
+		{"lease and fixed lease", "x", []fence.LockOption{fence.WithLease(time.Second), fence.WithFixedLease(time.Second)}, fence.ErrInvalidOption},
 		{"long name", string(make([]byte, 513)), nil, fence.ErrInvalidName},
 		{"brace", "a}", nil, fence.ErrInvalidName},
 		{"zero lease", "x", []fence.LockOption{fence.WithLease(0)}, fence.ErrInvalidOption},
@@ -82,7 +119,13 @@ func TestAcquireRejectsBadInput(t *testing.T) {
 		})
 	}
 	assert.ErrorIs(t, c.Do(ctx, "x", nil), fence.ErrInvalidOption)
+	// A call's option overrides the client's default for the same
+	// setting: that is no contradiction.
+	d := newClient(t, r, nil, fence.WithLease(time.Second))
+	l, err := d.TryAcquire(ctx, "override", fence.WithFixedLease(2*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
 	keys, err := r.Client().Keys(ctx, r.Prefix+"*").Result()
 	require.NoError(t, err)
-	assert.Empty(t, keys, "bad input wrote nothing")
+	assert.Equal(t, []string{lockKey(r, "override") + ":seq"}, keys, "bad input wrote nothing")
 }

@@ -35,13 +35,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	case cause == ErrMaxHold && l.c.newest(l):
 		// Still ours on the server until its lease runs out: free it now.
 		_ = l.c.release(ctx, l)
-		err = fmt.Errorf("%w: lock %q was ended before Release: %w", ErrNotHeld, l.name, cause)
+		err = ended(l, "ended before Release", cause)
 	default:
 		// Lost: the key is gone, someone else's, or within its drift
 		// margin of expiring; and with WithHolder, a later acquisition
 		// by the same holder id may own the same value now. Nothing to
 		// delete.
-		err = fmt.Errorf("%w: lock %q was lost before Release: %w", ErrNotHeld, l.name, cause)
+		err = ended(l, "ended before Release", cause)
 	}
 	l.c.obs.onRelease(ctx, ReleaseEvent{Name: l.name, Token: l.token, Held: time.Since(l.acquiredAt),
 		Duration: time.Since(start), Err: err})

@@ -55,9 +55,48 @@ func staleTopology(err error) bool {
 // connectionError reports a failure to reach a node, as opposed to an
 // answer from it.
 func connectionError(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		// The caller's context ended (its error satisfies net.Error):
+		// nothing is known of the node.
+		return false
+	}
 	var ne net.Error
 	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
+
+// dialCause names why the node of name cannot be reached, when an
+// acquisition ended with its context and go-redis's retries hid the cause
+// (a retry's backoff returns the context's error, not the dial error
+// before it): one dial with the client's own dialer, bounded by
+// dialCauseTimeout. It returns nil when the dial works (the cause was not
+// the connection) or the client's dialer is not known (a wrapper).
+func (c *Client) dialCause(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), dialCauseTimeout)
+	defer cancel()
+	var opt *redis.Options
+	switch rdb := c.rdb.(type) {
+	case *redis.ClusterClient:
+		n, err := rdb.MasterForKey(ctx, keysFor(c.cfg.prefix, name).lock)
+		if err != nil {
+			return err
+		}
+		opt = n.Options()
+	case *redis.Client:
+		opt = rdb.Options()
+	}
+	if opt == nil || opt.Dialer == nil {
+		return nil
+	}
+	conn, err := opt.Dialer(ctx, opt.Network, opt.Addr)
+	if err != nil {
+		return err
+	}
+	_ = conn.Close()
+	return nil
+}
+
+// dialCauseTimeout bounds dialCause: the wait it explains has ended.
+const dialCauseTimeout = 100 * time.Millisecond
 
 // transient reports errors worth retrying while a wait lasts: the node is
 // unreachable or between roles (failover, restart, slot move). Other

@@ -3,7 +3,6 @@ package fence
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -423,14 +422,8 @@ func (m *waiter) close() {
 // The wait ends at the earlier of ctx's end and the wait limit, where the
 // limit is WithWaitLimit's when given, else DefaultWaitLimit when ctx has
 // no deadline, else none (ctx's deadline decides).
-func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, holder string, start time.Time, rep acquireReply) (*Lock, error) {
-	wctx := ctx
-	if _, has := ctx.Deadline(); cfg.waitLimitSet || !has {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithDeadlineCause(ctx, start.Add(cfg.waitLimit), cfg.waitLimitErr)
-		defer cancel()
-	}
-
+func (c *Client) wait(ctx, wctx context.Context, name string, k keys, cfg config, holder string, start time.Time,
+	rep acquireReply, lastErr error) (*Lock, error) {
 	// Held: subscribe first, then try again, so that a release between
 	// the failed attempt and the wait is seen either by the attempt or as
 	// a message.
@@ -466,7 +459,7 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, hold
 		return nil
 	}
 	if err := subscribe(); err != nil {
-		return done(attemptErr(wctx, name, err))
+		return done(c.attemptErr(wctx, name, err, lastErr))
 	}
 	// Leaving without the lock passes a wake on to the next waiter.
 	defer func() {
@@ -478,7 +471,6 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, hold
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	backoff := minErrorBackoff
-	var lastErr error // the last transient error, reported if the wait ends
 	for {
 		// A waiter that joined behind others waits for its wake (the
 		// waiters ahead of it pass it on) before its first attempt; after
@@ -496,7 +488,7 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, hold
 				timer.Reset(backoff)
 				backoff = min(2*backoff, maxErrorBackoff)
 			case err != nil:
-				return done(attemptErr(wctx, name, err))
+				return done(c.attemptErr(wctx, name, err, lastErr))
 			default:
 				backoff, lastErr = minErrorBackoff, nil
 				// Held, and its node answered: a subscription that failed,
@@ -504,7 +496,7 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, hold
 				// attempt repeated (subscribe first, then try).
 				if sub == nil {
 					if err := subscribe(); err != nil {
-						return done(attemptErr(wctx, name, err))
+						return done(c.attemptErr(wctx, name, err, lastErr))
 					}
 					if sub != nil {
 						continue
@@ -532,11 +524,7 @@ func (c *Client) wait(ctx context.Context, name string, k keys, cfg config, hold
 		case <-c.closing:
 			return done(ErrClosed)
 		case <-wctx.Done():
-			err := notAcquiredCtx(wctx, name)
-			if lastErr != nil {
-				err = fmt.Errorf("%w; last transient error: %w", err, lastErr)
-			}
-			return done(err)
+			return done(waitEndErr(wctx, name, lastErr))
 		}
 	}
 }

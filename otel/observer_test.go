@@ -319,7 +319,7 @@ func TestNameAttribute(t *testing.T) {
 func TestMaxHoldLoss(t *testing.T) {
 	e := newEnv(t)
 	locks := e.client(t)
-	l, err := locks.Acquire(e.ctx, "short", fence.WithMaxHold(50*time.Millisecond))
+	l, err := locks.Acquire(e.ctx, "short", fence.WithMaxHold(fence.MinLease)) // the shortest max hold accepted
 	require.NoError(t, err)
 	<-l.Done()
 	require.Eventually(t, func() bool {

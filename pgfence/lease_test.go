@@ -59,7 +59,7 @@ func TestLeaseLossIsNamed(t *testing.T) {
 	}
 
 	// Before begin: max hold reached.
-	lock, err := locks.Acquire(ctx, "before", fence.WithMaxHold(time.Millisecond))
+	lock, err := locks.Acquire(ctx, "before", fence.WithMaxHold(fence.MinLease)) // the shortest accepted
 	require.NoError(t, err)
 	<-lock.Done()
 	_, err = guard.Exec(lock.Context(), s, lock, insertStock("before", 1))
