@@ -7,16 +7,36 @@
 //
 // # Recording effects
 //
+// Inside guard.Exec's fn, [Add] records effects on fn's transaction, with
+// either store (pgfence's pgx.Tx, sqlfence's *sql.Tx):
+//
+//	_, err := guard.Exec(ctx, store, lock, func(ctx context.Context, tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, `UPDATE stock SET qty = $1 WHERE sku = $2`, qty, sku); err != nil {
+//			return err
+//		}
+//		return outbox.Add(ctx, tx, outbox.Effect{
+//			Destination: "https://shop.example/stock",
+//			Key:         "stock-sync:eu:" + batchID,
+//			Payload:     body,
+//		})
+//	}, guard.WithKey(batchID))
+//
+// The rows are written in the round trip that commits (pgfence: no round
+// trip of their own; sqlfence: one per Add, at the commit), after fn has
+// returned, so a holder frozen inside fn holds no lock because of them.
+// The relays of the process wake when the commit succeeds; [Notify] wakes
+// those of other processes too.
+//
 // Writers in other languages record effects with the SQL API: after
 // fencelock.claim in the transaction that writes,
 //
 //	SELECT fencelock.outbox_add('[{"d": "https://shop.example/stock", "k": "sync:eu:42", "p": "<base64>"}]');
 //
 // d is the destination, k the key, p the payload (base64), h the headers
-// ({"Name": ["value"]}), o true for per-resource order. The rows take the
-// transaction's claim (resource, token, holder); a transaction without a
-// current claim cannot record any (FL002, from the same trigger that
-// pgfence's Protect installs). The relay delivers them like any other.
+// ({"Name": ["value"]}), o true for per-resource order; a second argument
+// true also notifies. The rows take the transaction's claim (resource,
+// token, holder); a transaction without a current claim cannot record any
+// (FL002, from the same trigger function that pgfence's Protect installs).
 //
 // # The promise
 //

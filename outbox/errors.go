@@ -12,10 +12,10 @@ var (
 	// is left as it was: fn decides whether to return the error.
 	ErrInvalidEffect = errors.New("outbox: invalid effect")
 
-	// ErrNotGuarded is returned by Add when tx is not the transaction of
-	// a running guard.Exec (pgfence or sqlfence), or that transaction
-	// has ended. Nothing is recorded.
-	ErrNotGuarded = errors.New("outbox: Add needs the tx that guard.Exec passes to fn, while fn runs")
+	// ErrNotGuarded is matched by the error of Add and Notify when tx is
+	// not the transaction of a running guard.Exec (pgfence or sqlfence),
+	// or that transaction has ended. Nothing is recorded.
+	ErrNotGuarded = errors.New("outbox: not an open guarded transaction")
 
 	// ErrInvalidOption is returned by NewRelay for a bad option.
 	ErrInvalidOption = errors.New("outbox: invalid option")
@@ -51,3 +51,11 @@ func Terminal(err error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrTerminal, err)
 }
+
+// notGuardedError says why tx is not an open guarded transaction (the
+// store core's words) and matches ErrNotGuarded.
+type notGuardedError struct{ err error }
+
+func (e *notGuardedError) Error() string        { return "outbox: " + e.err.Error() }
+func (e *notGuardedError) Is(target error) bool { return target == ErrNotGuarded }
+func (e *notGuardedError) Unwrap() error        { return e.err }

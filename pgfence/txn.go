@@ -201,6 +201,14 @@ func newFnTx(q querier, conn *pgx.Conn) *fnTx {
 // so (guard.ErrTxEnded). If the connection breaks once the commit is sent,
 // the outcome is unknown (guard.ErrUnknownOutcome).
 func (t *txn) Commit(ctx context.Context) error {
+	err := t.commit(ctx)
+	if err == nil {
+		t.tx.queue.Committed()
+	}
+	return err
+}
+
+func (t *txn) commit(ctx context.Context) error {
 	if t.ended {
 		return pgx.ErrTxClosed
 	}
@@ -276,9 +284,16 @@ func (t *txn) Commit(ctx context.Context) error {
 // nil: the transaction is then aborted and nothing of it commits.
 func queuedError(res []stmtResult, queued []pgcore.Queued) error {
 	for i, r := range res {
-		if r.err != nil {
-			return fmt.Errorf("pgfence: statement %d of %d queued for the commit failed, nothing was committed: %w", i+1, len(queued), mapError(r.err))
+		if r.err == nil {
+			continue
 		}
+		err := mapError(r.err)
+		if errors.Is(err, guard.ErrStaleToken) {
+			// A queued write to a protected table claims the fence (its
+			// trigger): the refusal is the transaction's, as close's would be.
+			return err
+		}
+		return fmt.Errorf("pgfence: statement %d of %d queued for the commit failed, nothing was committed: %w", i+1, len(queued), err)
 	}
 	return nil
 }

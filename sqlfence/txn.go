@@ -51,6 +51,14 @@ func (t *txn) Tx() *sql.Tx { return t.tx }
 // SQLSTATE (the connection broke, ctx ended while it was in flight) wraps
 // guard.ErrUnknownOutcome: the server may have committed.
 func (t *txn) Commit(ctx context.Context) error {
+	err := t.commit(ctx)
+	if err == nil {
+		t.queue.Committed()
+	}
+	return err
+}
+
+func (t *txn) commit(ctx context.Context) error {
 	if t.ended {
 		return sql.ErrTxDone
 	}

@@ -34,6 +34,7 @@ type CommitQueue struct {
 
 	mu     sync.Mutex
 	stmts  []Queued
+	after  []func()
 	closed bool
 }
 
@@ -46,6 +47,18 @@ func (q *CommitQueue) Take() []Queued {
 	out := q.stmts
 	q.stmts = nil
 	return out
+}
+
+// Committed runs the functions AfterCommit registered, once; a store
+// calls it when its COMMIT has succeeded, and only then.
+func (q *CommitQueue) Committed() {
+	q.mu.Lock()
+	fs := q.after
+	q.after = nil
+	q.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // Len is how many statements are queued (a savepoint's mark).
@@ -131,24 +144,52 @@ func OnCommit(tx any, sql string, args ...any) error {
 	if strings.TrimSpace(sql) == "" {
 		return fmt.Errorf("%w: empty statement queued for the commit", guard.ErrInvalidInput)
 	}
+	q, err := queueOf(tx)
+	if err != nil {
+		return err
+	}
+	return q.add(Queued{SQL: sql, Args: args})
+}
+
+// AfterCommit registers f to run once tx, an open guarded transaction as
+// for OnCommit, has committed: in the goroutine that committed, before
+// Exec returns; never if the transaction did not commit. (package outbox
+// wakes the process's relays with it.) tx that is not such a transaction
+// is an error wrapping ErrNotGuardedTx.
+func AfterCommit(tx any, f func()) error {
+	q, err := queueOf(tx)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return fmt.Errorf("%w (its Exec has ended)", ErrNotGuardedTx)
+	}
+	q.after = append(q.after, f)
+	return nil
+}
+
+// queueOf is the queue of tx, an open guarded transaction's handle.
+func queueOf(tx any) (*CommitQueue, error) {
 	var q *CommitQueue
 	switch h := tx.(type) {
 	case nil:
-		return fmt.Errorf("%w (tx is nil)", ErrNotGuardedTx)
+		return nil, fmt.Errorf("%w (tx is nil)", ErrNotGuardedTx)
 	case Queuer:
 		q = h.CommitQueue()
 	default:
 		if !reflect.TypeOf(tx).Comparable() {
-			return fmt.Errorf("%w (got a %T)", ErrNotGuardedTx, tx)
+			return nil, fmt.Errorf("%w (got a %T)", ErrNotGuardedTx, tx)
 		}
 		v, ok := registry.Load(tx)
 		if !ok {
-			return fmt.Errorf("%w (got a %T that no guarded transaction owns, or whose Exec has ended)", ErrNotGuardedTx, tx)
+			return nil, fmt.Errorf("%w (got a %T that no guarded transaction owns, or whose Exec has ended)", ErrNotGuardedTx, tx)
 		}
 		q = v.(*CommitQueue)
 	}
 	if q == nil {
-		return fmt.Errorf("%w (got a %T)", ErrNotGuardedTx, tx)
+		return nil, fmt.Errorf("%w (got a %T)", ErrNotGuardedTx, tx)
 	}
-	return q.add(Queued{SQL: sql, Args: args})
+	return q, nil
 }

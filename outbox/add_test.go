@@ -1,0 +1,330 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/outbox"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/sqlfence"
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type lease struct {
+	name   string
+	token  int64
+	holder string
+}
+
+func (l lease) Name() string   { return l.name }
+func (l lease) Token() int64   { return l.token }
+func (l lease) Holder() string { return l.holder }
+
+// store is one of the two stores, with fn's tx as any.
+type store struct {
+	name string
+	exec func(ctx context.Context, l guard.Lease, fn func(ctx context.Context, tx any) error, opts ...guard.Option) error
+	// write inserts a row of the test's table through fn's tx.
+	write func(ctx context.Context, tx any, n int) error
+}
+
+func stores(t *testing.T, db *testenv.DB) []store {
+	ctx := ctxT(t)
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS stock (n int)`)
+	require.NoError(t, err)
+	pg, err := pgfence.New(db.Pool)
+	require.NoError(t, err)
+	sdb, err := sql.Open("pgx", db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sdb.Close() })
+	sq, err := sqlfence.New(sdb)
+	require.NoError(t, err)
+	return []store{
+		{
+			name: "pgfence",
+			exec: func(ctx context.Context, l guard.Lease, fn func(context.Context, any) error, opts ...guard.Option) error {
+				_, err := guard.Exec(ctx, pg, l, func(ctx context.Context, tx pgx.Tx) error { return fn(ctx, tx) }, opts...)
+				return err
+			},
+			write: func(ctx context.Context, tx any, n int) error {
+				_, err := tx.(pgx.Tx).Exec(ctx, `INSERT INTO stock VALUES ($1)`, n)
+				return err
+			},
+		},
+		{
+			name: "sqlfence",
+			exec: func(ctx context.Context, l guard.Lease, fn func(context.Context, any) error, opts ...guard.Option) error {
+				_, err := guard.Exec(ctx, sq, l, func(ctx context.Context, tx *sql.Tx) error { return fn(ctx, tx) }, opts...)
+				return err
+			},
+			write: func(ctx context.Context, tx any, n int) error {
+				_, err := tx.(*sql.Tx).ExecContext(ctx, `INSERT INTO stock VALUES ($1)`, n)
+				return err
+			},
+		},
+	}
+}
+
+func effect(rc *receiver, key string) outbox.Effect {
+	return outbox.Effect{Destination: rc.URL, Key: key, Payload: []byte("p-" + key)}
+}
+
+// Effects added in a guarded transaction are delivered once it commits,
+// at once: the relay polls once an hour, the commit wakes it. Nothing is
+// recorded when the transaction does not commit: fn's error, panic or
+// cancelled context, a stale token at the commit (nothing sent), a retry
+// under WithKey (ErrAlreadyApplied, nothing new sent).
+func TestAddWithStores(t *testing.T) {
+	db := newDB(t)
+	rc := newReceiver(t, nil)
+	startRelay(t, db.Pool, httpSender(t), outbox.WithPollInterval(time.Hour))
+	for _, s := range stores(t, db) {
+		t.Run(s.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			res := "stock:" + s.name
+			before, _ := rows(t, db.Pool)
+			err := s.exec(ctx, lease{res, 10, "a"}, func(ctx context.Context, tx any) error {
+				if err := s.write(ctx, tx, 1); err != nil {
+					return err
+				}
+				return outbox.Add(ctx, tx, effect(rc, s.name+"-1"), effect(rc, s.name+"-2"))
+			}, guard.WithKey("batch-1"))
+			require.NoError(t, err)
+			eventually(t, func() bool { k := rc.keys(); return k[s.name+"-1"] == 1 && k[s.name+"-2"] == 1 }, "delivered on the commit's wake-up")
+			for _, g := range rc.deliveries() {
+				if g.key == s.name+"-1" {
+					assert.Equal(t, res, g.resource)
+					assert.Equal(t, "10", g.token)
+					assert.Equal(t, "a", g.holder)
+					assert.Equal(t, "p-"+s.name+"-1", g.body)
+				}
+			}
+
+			fail := map[string]func(ctx context.Context, tx any) error{
+				"error": func(ctx context.Context, tx any) error {
+					require.NoError(t, outbox.Add(ctx, tx, effect(rc, s.name+"-error")))
+					return errors.New("fn failed")
+				},
+				"panic": func(ctx context.Context, tx any) error {
+					require.NoError(t, outbox.Add(ctx, tx, effect(rc, s.name+"-panic")))
+					panic("fn panicked")
+				},
+			}
+			for name, fn := range fail {
+				func() {
+					defer func() { _ = recover() }()
+					err := s.exec(ctx, lease{res, 10, "a"}, fn)
+					require.Error(t, err, name)
+				}()
+			}
+			cctx, cancel := context.WithCancel(ctx)
+			err = s.exec(cctx, lease{res, 10, "a"}, func(ctx context.Context, tx any) error {
+				require.NoError(t, outbox.Add(ctx, tx, effect(rc, s.name+"-cancel")))
+				cancel()
+				return nil
+			})
+			require.ErrorIs(t, err, context.Canceled)
+
+			// A newer holder commits while the old one is inside fn: the old
+			// one's commit is refused, its effect never recorded.
+			err = s.exec(ctx, lease{res, 10, "a"}, func(ctx context.Context, tx any) error {
+				if err := outbox.Add(ctx, tx, effect(rc, s.name+"-stale")); err != nil {
+					return err
+				}
+				return s.exec(context.WithoutCancel(ctx), lease{res, 11, "b"}, func(ctx context.Context, tx any) error { return s.write(ctx, tx, 2) })
+			})
+			require.ErrorIs(t, err, guard.ErrStaleToken)
+			t.Log(err)
+			// The retry of the first batch, by the new holder.
+			err = s.exec(ctx, lease{res, 11, "b"}, func(ctx context.Context, tx any) error {
+				return outbox.Add(ctx, tx, effect(rc, s.name+"-1"))
+			}, guard.WithKey("batch-1"))
+			require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+
+			after, _ := rows(t, db.Pool)
+			assert.Equal(t, before, after, "no row recorded by a transaction that did not commit")
+			time.Sleep(100 * time.Millisecond)
+			for k, n := range rc.keys() {
+				if strings.HasPrefix(k, s.name+"-") {
+					assert.Equal(t, 1, n, k)
+					assert.Contains(t, []string{s.name + "-1", s.name + "-2"}, k, "only the committed transaction's effects are sent")
+				}
+			}
+		})
+	}
+}
+
+// Bad effects, and Add outside a guarded transaction: one clear error each,
+// nothing of the call recorded, and the transaction is still fn's: it
+// commits the rest when fn returns nil.
+func TestAddBadInput(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	for _, s := range stores(t, db) {
+		t.Run(s.name, func(t *testing.T) {
+			ok := outbox.Effect{Destination: "https://x.example", Key: "k"}
+			bad := map[string]outbox.Effect{
+				"empty Destination":    {Key: "k"},
+				"empty Key":            {Destination: "d"},
+				"limit is 1048576":     {Destination: "d", Key: "k", Payload: make([]byte, outbox.MaxPayload+1)},
+				"not a valid HTTP":     {Destination: "d", Key: "k", Header: http.Header{"Bad Name": {"v"}}},
+				"control characters":   {Destination: "d", Key: "k", Header: http.Header{"X-Ok": {"a\r\nInjected: yes"}}},
+				"set by the relay":     {Destination: "d", Key: "k", Header: http.Header{"fencing-token": {"1"}}},
+				"Key \"a\\nb\" cannot": {Destination: "d", Key: "a\nb"},
+			}
+			err := s.exec(ctx, lease{"r-" + s.name, 1, "a"}, func(ctx context.Context, tx any) error {
+				for want, e := range bad {
+					err := outbox.Add(ctx, tx, ok, e)
+					require.ErrorIs(t, err, outbox.ErrInvalidEffect, want)
+					assert.Contains(t, err.Error(), "effect 1: ", want)
+					assert.Contains(t, err.Error(), want)
+				}
+				require.ErrorIs(t, outbox.Add(ctx, tx), outbox.ErrInvalidEffect, "no effect")
+				return s.write(ctx, tx, 7)
+			})
+			require.NoError(t, err, "fn ignored the errors: its other writes commit")
+			all, _ := rows(t, db.Pool)
+			assert.Zero(t, all, "nothing of the refused calls was recorded")
+		})
+	}
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM stock WHERE n = 7`).Scan(&n))
+	assert.Equal(t, 2, n)
+
+	// Outside a guarded transaction.
+	plain, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = plain.Rollback(ctx) }()
+	e := outbox.Effect{Destination: "d", Key: "k"}
+	for _, tx := range []any{nil, plain, "a string", []int{1}} {
+		err := outbox.Add(ctx, tx, e)
+		require.ErrorIs(t, err, outbox.ErrNotGuarded, "%T", tx)
+		assert.Equal(t, 1, strings.Count(err.Error(), "not an open guarded transaction"), err.Error())
+	}
+	// After Exec has returned.
+	pg, err := pgfence.New(db.Pool)
+	require.NoError(t, err)
+	var kept pgx.Tx
+	_, err = guard.Exec(ctx, pg, lease{"r", 2, "a"}, func(ctx context.Context, tx pgx.Tx) error { kept = tx; return nil })
+	require.NoError(t, err)
+	require.ErrorIs(t, outbox.Add(ctx, kept, e), outbox.ErrNotGuarded)
+	all, _ := rows(t, db.Pool)
+	assert.Zero(t, all)
+}
+
+// A pgfence savepoint rolled back drops the effects added through it.
+func TestAddSavepoint(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	pg, err := pgfence.New(db.Pool)
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, pg, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+		if err := outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: "kept"}); err != nil {
+			return err
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := outbox.Add(ctx, sp, outbox.Effect{Destination: "d", Key: "dropped"}); err != nil {
+			return err
+		}
+		return sp.Rollback(ctx)
+	})
+	require.NoError(t, err)
+	var keys []string
+	rs, err := db.Pool.Query(ctx, `SELECT key FROM fencelock.outbox`)
+	require.NoError(t, err)
+	keys, err = pgx.CollectRows(rs, pgx.RowTo[string])
+	require.NoError(t, err)
+	assert.Equal(t, []string{"kept"}, keys)
+}
+
+// Notify wakes a relay that listens, in the commit: here one whose poll
+// interval is an hour, and nothing else wakes it (no effect of this
+// process is added), so only the NOTIFY can deliver the effect a raw
+// writer recorded.
+func TestNotify(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	rc := newReceiver(t, nil)
+	startRelay(t, db.Pool, httpSender(t), outbox.WithListen(), outbox.WithPollInterval(time.Hour))
+	time.Sleep(200 * time.Millisecond) // the relay's first claim finds nothing
+	require.NoError(t, raw(ctx, db.Pool, "r", 1, "h", effect(rc, "raw")))
+	time.Sleep(200 * time.Millisecond)
+	assert.Empty(t, rc.keys(), "nothing woke the relay")
+	pg, err := pgfence.New(db.Pool)
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, pg, lease{"r", 1, "h"}, func(ctx context.Context, tx pgx.Tx) error { return outbox.Notify(ctx, tx) })
+	require.NoError(t, err)
+	eventually(t, func() bool { return rc.keys()["raw"] == 1 }, "delivered on NOTIFY")
+	require.ErrorIs(t, outbox.Notify(ctx, nil), outbox.ErrNotGuarded)
+}
+
+// writeCounter counts a connection's writes to the server: pgx sends each
+// round trip's messages in one write.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCounter) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// With pgfence, effects ride the commit's round trip: a guarded
+// transaction with effects takes as many round trips as one without.
+func TestAddNoRoundTrip(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	var writes atomic.Int64
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{Conn: c, writes: &writes}, nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(ctx))
+	s, err := pgfence.New(conn)
+	require.NoError(t, err)
+	exec := func(effects ...outbox.Effect) int64 {
+		before := writes.Load()
+		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+				return err
+			}
+			if len(effects) == 0 {
+				return nil
+			}
+			return outbox.Add(ctx, tx, effects...)
+		})
+		require.NoError(t, err)
+		return writes.Load() - before
+	}
+	exec() // prepares pgfence's statements on the connection
+	without := exec()
+	with := exec(outbox.Effect{Destination: "d", Key: "k1"})
+	many := exec(outbox.Effect{Destination: "d", Key: "k2"}, outbox.Effect{Destination: "d", Key: "k3", Payload: make([]byte, 4096)})
+	assert.Equal(t, without, with, "one effect")
+	assert.Equal(t, without, many, "two effects")
+	all, _ := rows(t, db.Pool)
+	assert.Equal(t, 3, all)
+}
