@@ -65,9 +65,19 @@ type Result struct {
 	StaleCommits int64 `json:"stale_commits"`
 	// Stopped counts workers that stopped on their own because their lock
 	// context was cancelled (lock lost) before writing.
-	Stopped  int64   `json:"stopped_lock_lost"`
-	Expected int     `json:"expected_rows"`
-	Seconds  float64 `json:"seconds"`
+	Stopped  int64 `json:"stopped_lock_lost"`
+	Expected int   `json:"expected_rows"`
+	// EffectsSent counts the pushes the receiver got (one per committed
+	// chunk is expected: EffectsExpected).
+	EffectsSent     int64 `json:"effects_sent"`
+	EffectsExpected int   `json:"effects_expected"`
+	// EffectsDuplicate counts the chunks whose push the receiver applied
+	// more than once.
+	EffectsDuplicate int64 `json:"effects_duplicate"`
+	// EffectsStale counts pushes from a transaction that did not commit,
+	// or that committed after a newer holder had taken the lock.
+	EffectsStale int64   `json:"effects_stale"`
+	Seconds      float64 `json:"seconds"`
 }
 
 func demoMain(args []string) int {
@@ -128,6 +138,7 @@ type env struct {
 	redisURL, redisAddr string
 	dbURL               string
 	pool                *pgxpool.Pool
+	effectsURL          string // the receiver's
 	cleanup             []func()
 }
 
@@ -188,6 +199,19 @@ func startEnv(ctx context.Context, out io.Writer) (*env, error) {
 		e.close()
 		return nil, err
 	}
+	rc, err := startReceiver(pool)
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	e.cleanup = append(e.cleanup, rc.close)
+	e.effectsURL = rc.url
+	stopRelay, err := startRelay(pool)
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	e.cleanup = append(e.cleanup, stopRelay)
 	return e, nil
 }
 
@@ -225,7 +249,7 @@ func runScenario(ctx context.Context, s demoSettings, e *env, sc scenario, guard
 	runName := sc.name + "/guard-" + onOff(guardOn)
 	warehouse := "wh-" + sc.name + "-" + onOff(guardOn) + "-" + stamp
 	snapshot := "snap-" + stamp
-	res := Result{Name: sc.name, Guard: guardOn, Expected: s.skus}
+	res := Result{Name: sc.name, Guard: guardOn, Expected: s.skus, EffectsExpected: (s.skus + s.chunkSize - 1) / s.chunkSize}
 	if err := seedSnapshot(ctx, e.pool, warehouse, snapshot, s.skus); err != nil {
 		return res, err
 	}
@@ -255,7 +279,7 @@ func runScenario(ctx context.Context, s demoSettings, e *env, sc scenario, guard
 			"-run", runName, "-name", name, "-warehouse", warehouse, "-snapshot", snapshot,
 			"-lease", s.lease.String(), fmt.Sprintf("-watchdog=%v", sc.watchdog), fmt.Sprintf("-guard=%v", guardOn),
 			"-chunk-size", fmt.Sprint(s.chunkSize), "-chunk-delay", s.chunkDelay.String(),
-			"-redis", redisURL, "-db", e.dbURL,
+			"-redis", redisURL, "-db", e.dbURL, "-effects-url", e.effectsURL,
 		}
 	}
 	ev := newEventLog(s.out, start)
@@ -318,12 +342,19 @@ func runScenario(ctx context.Context, s demoSettings, e *env, sc scenario, guard
 			return res, fmt.Errorf("%s: worker %s: %w", runName, w.name, err)
 		}
 	}
+	if err := waitDelivered(ctx, e.pool, 30*time.Second); err != nil {
+		return res, fmt.Errorf("%s: %w", runName, err)
+	}
 	res.Seconds = time.Since(start).Seconds()
 	if err := countResult(ctx, e.pool, runName, warehouse, snapshot, &res); err != nil {
 		return res, err
 	}
-	fmt.Fprintf(s.out, "   rows %d, duplicates %d, stale writes rejected %d (by Postgres %d), stale commits %d (%.1fs)\n",
-		res.Rows, res.Duplicates, res.StaleRejected, res.RejectedByDB, res.StaleCommits, res.Seconds)
+	if err := countEffects(ctx, e.pool, runName, &res); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(s.out, "   rows %d, duplicates %d, stale writes rejected %d (by Postgres %d), stale commits %d; pushes %d of %d chunks, %d applied twice, %d stale (%.1fs)\n",
+		res.Rows, res.Duplicates, res.StaleRejected, res.RejectedByDB, res.StaleCommits,
+		res.EffectsSent, res.EffectsExpected, res.EffectsDuplicate, res.EffectsStale, res.Seconds)
 	if err := printTimeline(ctx, s.out, e.pool, runName); err != nil {
 		return res, err
 	}

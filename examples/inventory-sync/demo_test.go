@@ -68,6 +68,19 @@ func TestPauseScenario(t *testing.T) {
 	assert.Equal(t, int64(skus), on.Rows, "guard on: every SKU written exactly once")
 	assert.Positive(t, on.StaleRejected, "guard on: the paused worker's late write must be rejected")
 	assert.False(t, on.Overlap, "guard on: no stale write may commit")
+	requireEffects(t, off, on)
+}
+
+// requireEffects: guard off, the receiver gets pushes from the stale
+// holder and chunks pushed twice; guard on, through the outbox, every
+// chunk's push exactly once and none from a stale transaction.
+func requireEffects(t *testing.T, off, on Result) {
+	t.Helper()
+	assert.Positive(t, off.EffectsStale+off.EffectsDuplicate, "guard off: stale or duplicate pushes must reach the receiver")
+	assert.GreaterOrEqual(t, off.EffectsSent, int64(off.EffectsExpected), "guard off: every chunk pushed at least once")
+	assert.Zero(t, on.EffectsStale, "guard on: no push from a stale transaction")
+	assert.Zero(t, on.EffectsDuplicate, "guard on: no chunk pushed twice")
+	assert.Equal(t, int64(on.EffectsExpected), on.EffectsSent, "guard on: every chunk's push delivered once")
 }
 
 // The "precommit" scenario: A freezes after every client-side check, just
@@ -82,6 +95,7 @@ func TestPrecommitScenario(t *testing.T) {
 	assert.Equal(t, int64(skus), on.Rows, "guard on: every SKU written exactly once")
 	assert.GreaterOrEqual(t, on.RejectedByDB, int64(1), "guard on: Postgres must refuse the frozen worker's commit")
 	assert.False(t, on.Overlap, "guard on: no stale write may commit")
+	requireEffects(t, off, on)
 }
 
 type testWriter struct{ t *testing.T }

@@ -73,6 +73,7 @@ func workerMain(args []string) int {
 	fs.DurationVar(&cfg.ChunkDelay, "chunk-delay", 0, "time each chunk spends in a slow query before its write")
 	fs.IntVar(&cfg.FreezeAt, "freeze-at-chunk", -1, "stop this process with SIGSTOP in the middle of writing this chunk (demo fault)")
 	fs.IntVar(&cfg.FreezeBeforeCommitAt, "freeze-before-commit-chunk", -1, "stop this process with SIGSTOP just before this chunk's COMMIT goes out (demo fault)")
+	fs.StringVar(&cfg.EffectsURL, "effects-url", "", "where to push each committed chunk's stock levels (guard on: through the outbox)")
 	fs.StringVar(&cfg.RedisURL, "redis", os.Getenv("REDIS_URL"), "Redis URL (default $REDIS_URL)")
 	fs.StringVar(&cfg.DBURL, "db", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
 	if err := fs.Parse(args); err != nil {

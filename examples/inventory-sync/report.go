@@ -11,11 +11,12 @@ import (
 )
 
 func printResults(out io.Writer, results []Result) {
-	fmt.Fprintln(out, "\n| scenario  | guard | rows | expected | duplicates | stale writes rejected | by Postgres | stopped on lock loss | stale commits |")
-	fmt.Fprintln(out, "|-----------|-------|------|----------|------------|-----------------------|-------------|----------------------|---------------|")
+	fmt.Fprintln(out, "\n| scenario  | guard | rows | expected | duplicates | stale writes rejected | by Postgres | stopped on lock loss | stale commits | effects sent | effects duplicate | effects stale |")
+	fmt.Fprintln(out, "|-----------|-------|------|----------|------------|-----------------------|-------------|----------------------|---------------|--------------|-------------------|---------------|")
 	for _, r := range results {
-		fmt.Fprintf(out, "| %-9s | %-5s | %4d | %8d | %10d | %21d | %11d | %20d | %13d |\n",
-			r.Name, onOff(r.Guard), r.Rows, r.Expected, r.Duplicates, r.StaleRejected, r.RejectedByDB, r.Stopped, r.StaleCommits)
+		fmt.Fprintf(out, "| %-9s | %-5s | %4d | %8d | %10d | %21d | %11d | %20d | %13d | %12d | %17d | %13d |\n",
+			r.Name, onOff(r.Guard), r.Rows, r.Expected, r.Duplicates, r.StaleRejected, r.RejectedByDB, r.Stopped, r.StaleCommits,
+			r.EffectsSent, r.EffectsDuplicate, r.EffectsStale)
 	}
 	fmt.Fprintln(out, "\nCounted in the database: rows and duplicates from stock_records; the rest from sync_log, where")
 	fmt.Fprintln(out, "each chunk's 'committed' row is written in the chunk's own transaction. A stale commit is a chunk")
@@ -23,6 +24,10 @@ func printResults(out io.Writer, results []Result) {
 	fmt.Fprintln(out, "A stale write is rejected by Postgres (its token is older than one the database has seen) or,")
 	fmt.Fprintln(out, "earlier, rolled back by guard because the lock was lost while the write was in flight;")
 	fmt.Fprintln(out, "'stopped on lock loss' counts workers that stopped between writes when their lock context ended.")
+	fmt.Fprintln(out, "Effects are the pushes of each committed chunk's stock levels to the receiver (one per chunk is")
+	fmt.Fprintln(out, "expected): guard off posted right after the commit, guard on through the outbox. From")
+	fmt.Fprintln(out, "effects_received: sent = pushes the receiver got, duplicate = chunks it applied more than once,")
+	fmt.Fprintln(out, "stale = pushes from a transaction that did not commit or committed after a newer holder took over.")
 }
 
 // printTimeline shows, from sync_log, who held the lock when and which

@@ -48,6 +48,17 @@ CREATE TABLE IF NOT EXISTS sync_log (
 	chunk     int         NOT NULL DEFAULT -1,
 	detail    text        NOT NULL DEFAULT ''
 );
+-- What the demo's receiver (the marketplace API) got: one row per push.
+CREATE TABLE IF NOT EXISTS effects_received (
+	id        bigserial   PRIMARY KEY,
+	at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+	run       text        NOT NULL,
+	key       text        NOT NULL,
+	worker    text        NOT NULL,
+	token     bigint      NOT NULL,
+	chunk     int         NOT NULL,
+	skus      int         NOT NULL
+);
 `
 
 // installSchema creates the demo's tables.

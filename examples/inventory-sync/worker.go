@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/outbox"
 	"github.com/fencelock/fencelock/pgfence"
 )
 
@@ -49,6 +51,11 @@ type Config struct {
 	// moment). Only the database can refuse that commit. For the demo's
 	// "precommit" scenario.
 	FreezeBeforeCommitAt int
+	// EffectsURL, when set, is where each committed chunk's stock levels
+	// are pushed (the marketplace API of the incident): guard off, by a
+	// POST right after the chunk's commit; guard on, through the outbox,
+	// recorded in the chunk's transaction and sent by a relay.
+	EffectsURL string
 }
 
 // row is one SKU quantity of the source snapshot.
@@ -152,7 +159,18 @@ func (w *Worker) syncFenced(ctx context.Context, rows []row) error {
 			return w.fail(lock.Token(), chunk, context.Cause(work))
 		}
 		err := run.Step(work, strconv.Itoa(chunk+1), func(ctx context.Context, tx pgx.Tx) error {
-			return w.writeChunk(ctx, tx, lock.Token(), chunk, part)
+			if err := w.writeChunk(ctx, tx, lock.Token(), chunk, part); err != nil {
+				return err
+			}
+			if w.cfg.EffectsURL == "" {
+				return nil
+			}
+			// The push goes out only if this transaction commits, and
+			// carries the token the receiver can fence with.
+			return outbox.Add(ctx, tx, outbox.Effect{
+				Destination: w.cfg.EffectsURL, Key: w.effectKey(chunk), Payload: w.effectBody(lock.Token(), chunk, part),
+				Header: http.Header{"Content-Type": {"application/json"}},
+			})
 		})
 		if err != nil {
 			return w.failWrite(lock.Token(), chunk, err)
@@ -201,6 +219,8 @@ func (w *Worker) syncUnfenced(ctx context.Context, rows []row) error {
 			return w.fail(lock.Token(), chunk, err)
 		}
 		w.progress(lock.Token(), chunk)
+		// The push right after the commit, as the job did before.
+		w.pushDirect(ctx, lock.Token(), chunk, part)
 	}
 	_, err = w.pool.Exec(ctx, `INSERT INTO sync_batches (warehouse, snapshot_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
 		w.cfg.Warehouse, w.cfg.Snapshot)
@@ -267,6 +287,54 @@ func (w *Worker) writeChunk(ctx context.Context, tx pgx.Tx, token int64, chunk i
 		freezeBeforeCommit.Store(true) // the commit's write freezes (commitFreezer)
 	}
 	return err
+}
+
+// effectKey identifies a chunk's push: the same for every holder and
+// every attempt, so that a receiver can tell a repeat.
+func (w *Worker) effectKey(chunk int) string {
+	return fmt.Sprintf("stock-sync:%s:%s:chunk-%d", w.cfg.Warehouse, w.cfg.Snapshot, chunk)
+}
+
+// effectBody is a chunk's push: its stock levels, and who wrote them.
+func (w *Worker) effectBody(token int64, chunk int, part []row) []byte {
+	levels := make(map[string]int32, len(part))
+	for _, r := range part {
+		levels[r.SKU] = r.Qty
+	}
+	b, _ := json.Marshal(effectBody{Run: w.cfg.Run, Worker: w.cfg.Name, Token: token, Chunk: chunk, Levels: levels})
+	return b
+}
+
+// effectBody is the JSON of a chunk's push.
+type effectBody struct {
+	Run    string           `json:"run"`
+	Worker string           `json:"worker"`
+	Token  int64            `json:"token"`
+	Chunk  int              `json:"chunk"`
+	Levels map[string]int32 `json:"levels"`
+}
+
+var pushClient = &http.Client{Timeout: 5 * time.Second}
+
+// pushDirect POSTs a committed chunk's stock levels to the receiver, the
+// way code without fencelock does: after its commit, whoever holds the
+// lock by then.
+func (w *Worker) pushDirect(ctx context.Context, token int64, chunk int, part []row) {
+	if w.cfg.EffectsURL == "" {
+		return
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.cfg.EffectsURL, bytes.NewReader(w.effectBody(token, chunk, part)))
+	if err == nil {
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", w.effectKey(chunk))
+		var resp *http.Response
+		if resp, err = pushClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+		}
+	}
+	if err != nil {
+		w.event(token, "push_failed", chunk, err.Error())
+	}
 }
 
 // failWrite logs why a chunk's transaction did not commit. A stale write
