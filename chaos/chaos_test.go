@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 		// This process is a worker re-executed by the suite, not a test run.
 		os.Exit(WorkerMain())
 	}
+	if IsRelay() {
+		os.Exit(RelayMain())
+	}
 	testenv.Main(m)
 }
 

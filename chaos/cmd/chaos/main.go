@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -34,6 +35,10 @@ func main() {
 	if chaos.IsWorker() {
 		// Re-executed by the suite as one of its workers.
 		os.Exit(chaos.WorkerMain())
+	}
+	if chaos.IsRelay() {
+		// Re-executed by the relay trials as one of their relays.
+		os.Exit(chaos.RelayMain())
 	}
 	var (
 		trials    = flag.Int("trials", 200, "randomized trials with guard on (one fault each) on one Redis (0: only the cluster run)")
@@ -53,6 +58,8 @@ func main() {
 		clusterLease   = flag.Duration("cluster-lease", time.Second, "lock lease of the cluster trials")
 		controlLease   = flag.Duration("cluster-control-lease", 6*time.Second, "lock lease of the cluster control (long: the old holder keeps writing while the lock is taken on the promoted replica)")
 		partial        = flag.Bool("partial-coverage", false, "cluster-require-full-coverage no (healthy masters keep answering while a dead master's slots are uncovered)")
+		outboxTrials   = flag.Int("outbox-trials", 20, "outbox relay trials after the lock runs: a writer records effects while two relay processes deliver them, one SIGKILLed at random points (0: none)")
+		outboxKills    = flag.Int("outbox-kills", 5, "relay kills per outbox trial")
 		out            = flag.String("out", "", "write the runs' summaries to this JSON file (make chaos: results/latest.json) and the loss-detection and takeover chart next to it ("+chartFile+")")
 	)
 	flag.Parse()
@@ -136,14 +143,46 @@ func main() {
 		failed = verdict(cc, crep, *seed) || failed
 		summary["cluster"] = crep.Summary()
 	}
+	last := map[string]any{}
+	for k, v := range summary {
+		last[k] = v
+	}
+	if *outboxTrials > 0 {
+		fmt.Printf("\nchaos: outbox relay trials, %d trials, %d relay kills each\n", *outboxTrials, *outboxKills)
+		orep, err := chaos.RunOutbox(ctx, chaos.OutboxConfig{Trials: *outboxTrials, Kills: *outboxKills, Seed: *seed,
+			RelayCommand: chaos.SelfCommand, Out: os.Stdout, Verbose: *verbose})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: outbox trials: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Printf("chaos: outbox: %d kills, %d effects: %d lost, %d applied twice at the fenced receiver, %d duplicates at the unfenced one (at most %d: a claim batch per kill), %d sent again early; redelivered %d-%d ms after the first send (visibility %d ms, poll %d ms)\n",
+			orep.Kills, orep.Effects, orep.Lost, orep.AppliedTwice, orep.Duplicates, orep.DuplicatesAllowed, orep.EarlyRedeliveries,
+			orep.RedeliveryMinMS, orep.RedeliveryMaxMS, orep.VisibilityMS, orep.PollMS)
+		if orep.Failed() {
+			fmt.Printf("chaos: FAIL: the outbox broke its promise (seed %d)\n", *seed)
+			failed = true
+		}
+		if orep.Trials >= 10 && orep.Duplicates == 0 {
+			fmt.Printf("chaos: FAIL: no kill landed between a send and its record: the relay trials prove nothing\n")
+			failed = true
+		}
+		last["outbox"] = orep
+	}
 	if *out != "" {
 		if err := writeResults(*out, summary); err != nil {
 			fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
 			failed = true
 		}
+		if o, ok := last["outbox"]; ok {
+			b, _ := json.MarshalIndent(o, "", "  ")
+			if err := os.WriteFile(filepath.Join(filepath.Dir(*out), "outbox.json"), append(b, '\n'), 0o644); err != nil {
+				fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
+				failed = true
+			}
+		}
 	}
-	// The last line of stdout: both runs' figures.
-	b, _ := json.Marshal(summary)
+	// The last line of stdout: every run's figures.
+	b, _ := json.Marshal(last)
 	fmt.Println(string(b))
 	if failed {
 		os.Exit(1)
