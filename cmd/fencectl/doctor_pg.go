@@ -49,8 +49,13 @@ func (d *doctor) checkMigrations(ctx context.Context, db *dbConn) {
 		d.fail("migrations", oneLine(err), "the step the evidence names, then 'fencectl migrate status'")
 		return
 	case err != nil:
+		var se *serverError
+		if errors.As(db.explain(err), &se) {
+			d.fail("migrations", "cannot read the version table "+migrations.VersionTable+": "+se.Cause(), se.Fix())
+			return
+		}
 		d.fail("migrations", "cannot read the version table "+migrations.VersionTable+": "+oneLine(err),
-			"check the user may read it; 'fencectl migrate status' shows the same")
+			"check the server's logs; 'fencectl migrate status' shows the same")
 		return
 	}
 	var applied, pending []string
@@ -237,11 +242,14 @@ func (d *doctor) checkTokens(ctx context.Context, rc *redisConn, db *dbConn) {
 	states, err := readFences(ctx, db, nil)
 	if err != nil {
 		var pgErr *pgconn.PgError
+		var se *serverError
 		switch {
 		case errors.Is(err, errSchemaMissing):
 			d.warn("tokens", "not checked: the fencelock schema is not installed", "see the migrations check")
+		case errors.As(err, &se):
+			d.warn("tokens", "not checked: fencelock.fence cannot be read: "+se.Cause(), se.Fix())
 		case errors.As(err, &pgErr):
-			d.warn("tokens", "not checked: fencelock.fence cannot be read ("+oneLine(err)+")", "see the migrations check")
+			d.warn("tokens", "not checked: fencelock.fence cannot be read: "+oneLine(err), "check the server's logs")
 		default:
 			d.fail("tokens", "cannot read fencelock.fence: "+oneLine(err), "check the database")
 		}

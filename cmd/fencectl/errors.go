@@ -57,7 +57,10 @@ type serverError struct {
 	// inScript: refused inside a script, where Redis names no command.
 	cmd, keys, prefix string
 	inScript          bool
-	err               error
+	// fix, when set, is the whole fix (a Postgres refusal: the GRANT
+	// depends on what fencectl was doing, see dbConn.grantFix).
+	fix string
+	err error
 }
 
 func (e *serverError) Error() string {
@@ -100,6 +103,9 @@ func (e *serverError) Cause() string {
 // Fix says what to do, naming the flag or the variable the address came
 // from.
 func (e *serverError) Fix() string {
+	if e.fix != "" {
+		return e.fix
+	}
 	where := e.src.where()
 	switch e.kind {
 	case kindNetwork:
@@ -160,7 +166,7 @@ func (e *serverError) credentialsFix() string {
 
 func (e *serverError) permissionFix() string {
 	if e.server == "Postgres" {
-		return "run fencectl as the fencelock schema's owner, or GRANT SELECT (DELETE to prune) ON ALL TABLES IN SCHEMA fencelock TO " + pgIdent(e.user)
+		return "run fencectl as the fencelock schema's owner"
 	}
 	switch {
 	case e.inScript && e.keys != "":

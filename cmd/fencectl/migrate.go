@@ -104,7 +104,7 @@ func (a *app) migrateUp(ctx context.Context, db *dbConn) error {
 	before, _ := migrations.Status(ctx, sdb, quiet())
 	recorded := db.recordedVersions(ctx)
 	if err := migrations.Up(ctx, sdb, quiet()); err != nil {
-		return db.explain(err)
+		return db.explainAs(opMigrate, err)
 	}
 	after, err := migrations.Status(ctx, sdb, quiet())
 	if err != nil {
@@ -175,7 +175,7 @@ func (a *app) migrateDown(ctx context.Context, db *dbConn, yes, unprotect bool) 
 	where := fmt.Sprintf("database %q at %s", db.cfg.ConnConfig.Database, db.display)
 	sum, err := db.schemaContents(ctx)
 	if err != nil {
-		return db.explain(err)
+		return db.explainAs(opMigrate, err)
 	}
 	if !sum.exists {
 		fmt.Fprintf(a.stdout, "nothing to drop: %s has no fencelock schema\n", where)

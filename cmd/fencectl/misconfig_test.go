@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -330,4 +332,106 @@ func TestREADMEACLUserCluster(t *testing.T) {
 	assert.Contains(t, out, "node "+c.Nodes[1].Addr+": a master that refuses the login: WRONGPASS")
 	assert.Contains(t, out, `fix: check user "app" and its password in the address (--redis)`)
 	assert.NotContains(t, out, "does not answer")
+}
+
+// plainRole creates a login role with no privilege on db's database and
+// returns its name and db's URL as that role; the role and what it owns or
+// was granted go at the end of the test.
+func plainRole(t *testing.T, db *testenv.DB, suffix string) (role, dbURL string) {
+	t.Helper()
+	ctx := ctxT(t)
+	role = "fc_" + suffix + "_" + db.Name
+	_, err := db.Pool.Exec(ctx, `CREATE ROLE `+role+` LOGIN PASSWORD '`+pgSecret+`'`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = db.Pool.Exec(ctx, `DROP OWNED BY `+role)
+		_, _ = db.Pool.Exec(ctx, `DROP ROLE `+role)
+	})
+	return role, withPassword(t, db.URL, role, pgSecret)
+}
+
+// grantsIn returns the statements after "as that owner: " or "as an
+// admin: " in a fix, split at "; ".
+func grantsIn(t *testing.T, errOut string) []string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)as (?:that owner|an admin): (GRANT [^\n]+)$`).FindStringSubmatch(errOut)
+	require.NotNil(t, m, "the fix names no GRANT to paste: %q", errOut)
+	return strings.Split(m[1], "; ")
+}
+
+// A refusal by Postgres names the GRANT that allows what the command
+// needed (reading, pruning, creating the schema), and pasted as printed it
+// does: the command then succeeds as the same role.
+func TestPostgresPermissionFixesWork(t *testing.T) {
+	db := migratedDB(t)
+	const app = "GRANT USAGE ON SCHEMA fencelock TO %[1]s; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %[1]s"
+	const reads = app + "; GRANT SELECT ON ALL TABLES IN SCHEMA fencelock TO %[1]s; GRANT SELECT ON fencelock_db_version TO %[1]s"
+	for _, tc := range []struct {
+		name  string
+		setup []string // granted first, as the schema's owner
+		args  []string
+		want  string // the grants the fix prints, %[1]s for the role
+	}{
+		{"no usage on the schema", nil, []string{"tokens", "show"}, reads},
+		{"the application's grants only", []string{"GRANT USAGE ON SCHEMA fencelock TO %[1]s", "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %[1]s"},
+			[]string{"runs", "list"}, reads},
+		{"prune with read grants", []string{"GRANT USAGE ON SCHEMA fencelock TO %[1]s", "GRANT SELECT ON ALL TABLES IN SCHEMA fencelock TO %[1]s"},
+			[]string{"keys", "prune", "--older-than", "30d"}, app + "; GRANT SELECT, DELETE ON fencelock.applied, fencelock.runs TO %[1]s"},
+		{"the version table", nil, []string{"migrate", "status"}, reads},
+		{"doctor", nil, []string{"doctor"}, reads},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			role, u := plainRole(t, db, fmt.Sprintf("r%d", len(tc.name)))
+			for _, g := range tc.setup {
+				_, err := db.Pool.Exec(ctx, fmt.Sprintf(g, role))
+				require.NoError(t, err)
+			}
+			args := append(append([]string{}, tc.args...), "--db", u)
+			code, out, errOut := fencectlProc(t, nil, args...)
+			require.Equal(t, exitFailed, code, out+errOut)
+			msg := errOut
+			if tc.args[0] == "doctor" {
+				msg = out // each check's evidence, then its fix
+				assert.Regexp(t, `(?m)^FAIL\s+migrations\s+cannot read the version table fencelock_db_version: Postgres at \S+ refused user "`+role+`": ERROR: permission denied[^;]*\(SQLSTATE 42501\)\n\s+fix: run fencectl as`, out)
+			} else {
+				assert.Regexp(t, `^fencectl: Postgres at \S+ refused user "`+role+`": ERROR: permission denied[^;]*\(SQLSTATE 42501\); fix: run fencectl as the fencelock schema's owner \(role \w+\), or grant`, errOut)
+			}
+			grants := grantsIn(t, msg)
+			assert.Equal(t, fmt.Sprintf(tc.want, role), strings.Join(grants, "; "))
+			requireNoSecret(t, pgSecret, out, errOut)
+			for _, g := range grants {
+				_, err := db.Pool.Exec(ctx, g)
+				require.NoError(t, err, g)
+			}
+			code, out, errOut = fencectlProc(t, nil, args...)
+			assert.Equal(t, exitOK, code, "after the fix: "+out+errOut)
+		})
+	}
+}
+
+// migrate up as a role that may not create the schema names the grants
+// that let it, which pasted make migrate up work; migrate down as another
+// role names the schema's owner to run it as.
+func TestMigratePermissionFixesWork(t *testing.T) {
+	ctx := ctxT(t)
+	db := testenv.NewDB(t)
+	role, u := plainRole(t, db, "mig")
+	code, out, errOut := fencectlProc(t, nil, "migrate", "up", "--db", u)
+	require.Equal(t, exitFailed, code, out+errOut)
+	assert.Contains(t, errOut, "fix: run migrate as the role that is to own the fencelock schema, or let this one create it, as an admin: ")
+	for _, g := range grantsIn(t, errOut) {
+		_, err := db.Pool.Exec(ctx, g)
+		require.NoError(t, err, g)
+	}
+	code, out, errOut = fencectlProc(t, nil, "migrate", "up", "--db", u)
+	require.Equal(t, exitOK, code, "after the fix: "+out+errOut)
+	assert.Contains(t, out, "applied 00001_tables.sql")
+
+	other, otherURL := plainRole(t, db, "oth")
+	code, out, errOut = fencectlProc(t, nil, "migrate", "down", "--force", "--yes", "--db", otherURL)
+	require.Equal(t, exitFailed, code, out+errOut)
+	assert.Regexp(t, `refused user "`+other+`": .*; fix: run migrate as the owner of schema fencelock, role `+role+` \(its user and password in the address \(--db\)\)`, errOut)
 }

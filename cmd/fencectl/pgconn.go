@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/fencelock/fencelock/migrations"
 )
 
 // dbConn is an open Postgres pool.
@@ -89,10 +92,23 @@ func (c *dbConn) failure(err error) error {
 	return fmt.Errorf("Postgres at %s: %w", c.display, err)
 }
 
-// explain turns an error of a statement on the fencelock tables into the
-// fix: a missing schema (installed with fencectl migrate up on this same
-// address), a missing grant, a lost connection.
-func (c *dbConn) explain(err error) error {
+// pgOp is what fencectl was doing when Postgres refused it: the grant
+// that fixes a refusal depends on it.
+type pgOp int
+
+const (
+	opRead    pgOp = iota // tokens, runs list, doctor, migrate status: SELECT
+	opPrune               // keys prune, runs prune: SELECT and DELETE
+	opMigrate             // migrate up and down: the schema's owner
+)
+
+// explain turns an error of a statement that reads the fencelock tables
+// into the fix: a missing schema (installed with fencectl migrate up on
+// this same address), a missing grant, a lost connection.
+func (c *dbConn) explain(err error) error { return c.explainAs(opRead, err) }
+
+// explainAs is explain for a statement made for op.
+func (c *dbConn) explainAs(op pgOp, err error) error {
 	var pgErr *pgconn.PgError
 	var se *serverError
 	switch {
@@ -103,12 +119,64 @@ func (c *dbConn) explain(err error) error {
 	case errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000"):
 		return &schemaMissingError{src: c.src, dbname: c.cfg.ConnConfig.Database}
 	case errors.As(err, &pgErr) && pgErr.Code == "42501":
-		// The application role has EXECUTE on the functions only.
+		// The application role has EXECUTE on the functions only, and
+		// fencectl reads (and prunes) the tables directly.
 		return &serverError{server: "Postgres", src: c.src, user: c.cfg.ConnConfig.User, kind: kindPermission,
-			err: fmt.Errorf("%w (fencectl reads, and prunes, the fencelock tables directly)", pgErr)}
+			fix: c.grantFix(op, pgErr), err: pgErr}
 	}
 	if e := pgFailure(c.src, c.cfg.ConnConfig.User, c.timeout, err); e != nil {
 		return e
 	}
 	return err
+}
+
+// deniedSchema finds the schema a refusal names: "permission denied for
+// schema public".
+var deniedSchema = regexp.MustCompile(`permission denied for schema "?([^"\s]+)"?`)
+
+// grantFix is the fix for a refusal of what op needed: the GRANT that
+// allows it, to paste as the schema's owner (or an admin), or, for
+// migrations, the role to run them as.
+func (c *dbConn) grantFix(op pgOp, pgErr *pgconn.PgError) string {
+	user := pgIdent(c.cfg.ConnConfig.User)
+	owner := c.schemaOwner()
+	if op == opMigrate {
+		if owner != "" {
+			return fmt.Sprintf("run migrate as the owner of schema fencelock, role %s (its user and password in the address (%s)): only the owner may change the schema", owner, c.src.where())
+		}
+		grants := "GRANT CREATE ON DATABASE " + pgIdent(c.cfg.ConnConfig.Database) + " TO " + user
+		// goose creates its version table first, in the first schema of
+		// the search_path, which the refusal names.
+		if m := deniedSchema.FindStringSubmatch(pgErr.Message); m != nil {
+			grants += "; GRANT CREATE ON SCHEMA " + pgIdent(m[1]) + " TO " + user
+		}
+		return "run migrate as the role that is to own the fencelock schema, or let this one create it, as an admin: " + grants
+	}
+	as := "run fencectl as the fencelock schema's owner"
+	if owner != "" {
+		as += " (role " + owner + ")"
+	}
+	as += ", or grant what it needs, as that owner: "
+	// Everything the command needs at once, so that one paste is enough
+	// (a grant on the tables alone would next meet the schema's USAGE):
+	// the application's grants, then what fencectl reads or deletes.
+	grants := []string{"GRANT USAGE ON SCHEMA fencelock TO " + user, "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO " + user}
+	if op == opPrune {
+		grants = append(grants, "GRANT SELECT, DELETE ON fencelock.applied, fencelock.runs TO "+user)
+	} else {
+		grants = append(grants, "GRANT SELECT ON ALL TABLES IN SCHEMA fencelock TO "+user, "GRANT SELECT ON "+migrations.VersionTable+" TO "+user)
+	}
+	return as + strings.Join(grants, "; ")
+}
+
+// schemaOwner is the role that owns schema fencelock, "" when there is
+// none or it cannot be read (pg_namespace is readable by every role).
+func (c *dbConn) schemaOwner() string {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	var owner string
+	if err := c.pool.QueryRow(ctx, `SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'fencelock'`).Scan(&owner); err != nil {
+		return ""
+	}
+	return owner
 }

@@ -139,7 +139,7 @@ func (a *app) pruneCmd(group, what, long, del, count string) *cobra.Command {
 				}
 			}
 			if err != nil {
-				return db.explain(err)
+				return db.explainAs(opPrune, err)
 			}
 			fmt.Fprintf(a.stdout, "%s %d %s older than %v\n", verb, n, what, age)
 			return nil
