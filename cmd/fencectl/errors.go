@@ -287,8 +287,7 @@ func isNetwork(err error) bool {
 }
 
 // schemaMissingError says how to install the schema in the database that
-// was used, with the goose CLI's -table too (without it goose records the
-// versions in the application's own table). It matches errSchemaMissing.
+// was used. It matches errSchemaMissing.
 type schemaMissingError struct {
 	src    source
 	dbname string
@@ -300,10 +299,11 @@ func (e *schemaMissingError) Error() string {
 	return fmt.Sprintf("%s in database %q at %s; fix: %s", errSchemaMissing, e.dbname, e.src.display(), e.Fix())
 }
 
-// Fix is the command that installs it, on the same address.
+// Fix is the command that installs it, on the same address. (The goose
+// CLI needs the migrations directory, which only a checkout has: the
+// command docs/operations.md shows finds it in the module cache.)
 func (e *schemaMissingError) Fix() string {
-	return fmt.Sprintf("fencectl migrate up --db %s%s; or with the goose CLI: goose -dir migrations -table fencelock_db_version postgres %s up",
-		e.src.arg(), e.src.maskNote(), e.src.arg())
+	return fmt.Sprintf("fencectl migrate up --db %s%s", e.src.arg(), e.src.maskNote())
 }
 
 func (e *schemaMissingError) Unwrap() error { return errSchemaMissing }

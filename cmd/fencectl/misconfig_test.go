@@ -270,6 +270,8 @@ func TestSchemaFixNamesTheAddressGiven(t *testing.T) {
 	assert.Equal(t, exitFailed, code)
 	assert.NotContains(t, errOut, "DATABASE_URL")
 	assert.Contains(t, errOut, `the fencelock schema is not installed in database "`+bare.Name+`" at `+redactAddr(u))
+	assert.Regexp(t, `; fix: fencectl migrate up --db '[^']+' \(with the password in place of xxxxx\)\n$`, errOut,
+		"one fix, that works outside a checkout (the goose CLI's -dir migrations does not)")
 
 	code, out, errOut = fencectlProc(t, env, "doctor", "--db", u)
 	assert.Equal(t, exitFailed, code, errOut)
