@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"regexp"
 	"strings"
@@ -41,6 +44,7 @@ const (
 	kindPermission           // the user may not run a command or touch a key
 	kindReadOnly             // a replica or standby
 	kindNoDatabase           // Postgres: the database in the address does not exist
+	kindCertificate          // TLS: the server's certificate is not trusted here
 )
 
 // serverError is a server that could not be reached or that refused what
@@ -85,6 +89,9 @@ func (e *serverError) Cause() string {
 	at := e.server + " at " + e.src.display()
 	switch e.kind {
 	case kindNetwork:
+		if e.closedAtOnce() {
+			return at + " closed the connection at once: " + e.reply()
+		}
 		return at + " is not reachable: " + e.reply()
 	case kindTimeout:
 		return fmt.Sprintf("%s did not answer within %v (--timeout)", at, e.timeout)
@@ -96,6 +103,8 @@ func (e *serverError) Cause() string {
 		return at + " is read-only: " + e.reply()
 	case kindNoDatabase:
 		return at + ": " + e.reply()
+	case kindCertificate:
+		return at + " sent a certificate this host does not trust: " + e.reply()
 	}
 	return at + ": " + e.reply()
 }
@@ -109,9 +118,20 @@ func (e *serverError) Fix() string {
 	where := e.src.where()
 	switch e.kind {
 	case kindNetwork:
+		if e.closedAtOnce() {
+			return fmt.Sprintf("if the server requires TLS, use rediss:// in the address (%s); else its log says why it closed the connection", where)
+		}
 		return fmt.Sprintf("check the address (%s), that %s runs there, and that this host may reach it", where, e.daemon())
 	case kindTimeout:
-		return fmt.Sprintf("check that %s at that address runs and is not stopped or overloaded, and that this host may reach it; or raise --timeout", e.daemon())
+		fix := fmt.Sprintf("check that %s at that address runs and is not stopped or overloaded, and that this host may reach it; or raise --timeout", e.daemon())
+		if e.server != "Postgres" && e.src.tls() {
+			// A server without TLS waits for the end of a command line
+			// that the TLS handshake never sends.
+			fix = fmt.Sprintf("if the server does not speak TLS, use redis:// instead of rediss:// in the address (%s); else %s", where, fix)
+		}
+		return fix
+	case kindCertificate:
+		return "give this host the CA that signed the server's certificate (SSL_CERT_FILE=ca.pem fencectl …, or the system's trust store), or check that the address names the host the certificate is for"
 	case kindCredentials:
 		return e.credentialsFix()
 	case kindPermission:
@@ -125,6 +145,12 @@ func (e *serverError) Fix() string {
 		return fmt.Sprintf("check the database name in the address (%s)", where)
 	}
 	return ""
+}
+
+// closedAtOnce reports a Redis that closed a plain connection without an
+// answer, as a server that requires TLS does.
+func (e *serverError) closedAtOnce() bool {
+	return e.kind == kindNetwork && e.server != "Postgres" && !e.src.tls() && errors.Is(e.err, io.EOF)
 }
 
 func (e *serverError) daemon() string {
@@ -220,6 +246,8 @@ func redisFailure(server string, src source, user, prefix string, timeout time.D
 		e.kind = kindCredentials
 	case strings.Contains(msg, "READONLY"):
 		e.kind = kindReadOnly
+	case isCertificate(err):
+		e.kind = kindCertificate
 	case isNetwork(err):
 		e.kind, e.err = kindNetwork, netCause(err)
 	default:
@@ -257,6 +285,16 @@ func pgFailure(src source, user string, timeout time.Duration, err error) *serve
 		return nil
 	}
 	return e
+}
+
+// isCertificate reports whether err is a TLS handshake that failed on the
+// server's certificate (unknown authority, wrong host, expired).
+func isCertificate(err error) bool {
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	return errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
 }
 
 func isTimeout(err error) bool {

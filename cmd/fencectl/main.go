@@ -233,6 +233,9 @@ func (s source) where() string {
 	return s.flag
 }
 
+// tls reports whether the address asks for TLS (rediss://).
+func (s source) tls() bool { return strings.HasPrefix(strings.ToLower(s.addr), "rediss://") }
+
 // display is the address with its password masked.
 func (s source) display() string { return redactAddr(s.addr) }
 

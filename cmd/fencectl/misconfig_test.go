@@ -2,8 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io/fs"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -436,4 +443,61 @@ func TestMigratePermissionFixesWork(t *testing.T) {
 	code, out, errOut = fencectlProc(t, nil, "migrate", "down", "--force", "--yes", "--db", otherURL)
 	require.Equal(t, exitFailed, code, out+errOut)
 	assert.Regexp(t, `refused user "`+other+`": .*; fix: run migrate as the owner of schema fencelock, role `+role+` \(its user and password in the address \(--db\)\)`, errOut)
+}
+
+// selfSignedCert writes a self-signed certificate for 127.0.0.1 and its key
+// into dir and returns their paths.
+func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "fencectl test"},
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	return certFile, keyFile
+}
+
+// TLS on one side only is named as such, not as a dead or slow server: a
+// TLS port closes a plain connection at once, a plain port never answers a
+// TLS handshake, and a certificate this host does not trust is a
+// certificate problem. Each fix, applied, makes the command work.
+func TestRedisTLSMismatch(t *testing.T) {
+	cert, key := selfSignedCert(t, t.TempDir())
+	tlsAddr := deadAddr(t)
+	_, tlsPort, err := net.SplitHostPort(tlsAddr)
+	require.NoError(t, err)
+	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--tls-port", tlsPort, "--tls-cert-file", cert,
+		"--tls-key-file", key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no"))
+	trusted := []string{"SSL_CERT_FILE=" + cert}
+
+	code, out, errOut := fencectlProc(t, nil, "locks", "inspect", "job", "--redis", "redis://"+tlsAddr)
+	assert.Equal(t, exitFailed, code, out+errOut)
+	assert.Equal(t, "fencectl: Redis at redis://"+tlsAddr+" closed the connection at once: EOF; fix: if the server requires TLS, use rediss:// in the address (--redis); else its log says why it closed the connection\n", errOut)
+
+	code, out, errOut = fencectlProc(t, nil, "locks", "inspect", "job", "--redis", "rediss://"+tlsAddr)
+	assert.Equal(t, exitFailed, code, out+errOut)
+	assert.Regexp(t, `^fencectl: Redis at rediss://`+regexp.QuoteMeta(tlsAddr)+` sent a certificate this host does not trust: tls: failed to verify certificate: x509: .*; fix: give this host the CA that signed the server's certificate \(SSL_CERT_FILE=ca.pem fencectl …, or the system's trust store\)`, errOut)
+	code, out, errOut = fencectlProc(t, trusted, "locks", "inspect", "job", "--redis", "rediss://"+tlsAddr)
+	assert.Equal(t, exitOK, code, "with the CA given: "+out+errOut)
+
+	code, out, errOut = fencectlProc(t, trusted, "locks", "inspect", "job", "--timeout", "2s", "--redis", "rediss://"+r.Addr)
+	assert.Equal(t, exitFailed, code, out+errOut)
+	assert.Equal(t, "fencectl: Redis at rediss://"+r.Addr+" did not answer within 2s (--timeout); fix: if the server does not speak TLS, use redis:// instead of rediss:// in the address (--redis); else check that redis-server at that address runs and is not stopped or overloaded, and that this host may reach it; or raise --timeout\n", errOut)
+	code, out, errOut = fencectlProc(t, nil, "locks", "inspect", "job", "--redis", "redis://"+r.Addr)
+	assert.Equal(t, exitOK, code, out+errOut)
 }
