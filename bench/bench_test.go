@@ -27,7 +27,7 @@ func TestHarnessQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"rtt", "uncontended", "parallel", "handoff", "contended", "renewal", "guard", "sqlfence", "sync", "cluster"} {
+	for _, name := range []string{"rtt", "uncontended", "parallel", "handoff", "contended", "renewal", "guard", "sqlfence", "sync", "outbox", "cluster"} {
 		s, ok := res.Scenarios[name]
 		if !ok {
 			t.Errorf("scenario %s did not run", name)

@@ -86,6 +86,16 @@ func evaluateGoals(r *results) {
 		r.addGoal("guard", "guarded/plain ≤ 1.02, "+p, ratio("guard", "guarded/plain "+p), 1.02, true, "")
 		r.addGoal("guard", "guarded+key/plain ≤ 1.02, "+p, ratio("guard", "guarded+key/plain "+p), 1.02, true, "")
 	}
+	if s, ok := r.Scenarios["outbox"]; ok {
+		r.addGoal("outbox", "commit → Sender p50 ≤ 1 ms, in-process wake-up (ms)", med("outbox", "commit → Sender, in-process wake-up", "latency_us")/1000, 1, true, "")
+		r.addGoal("outbox", "commit → Sender p99 ≤ 5 ms, in-process wake-up (ms)", med("outbox", "commit → Sender, in-process wake-up", "p99_us")/1000, 5, true, "")
+		r.addGoal("outbox", "commit → Sender p50 ≤ 60 ms, poll-only (ms)", med("outbox", "commit → Sender, poll-only", "latency_us")/1000, 60, true, "default poll interval")
+		r.addGoal("outbox", "guarded+1 effect / guarded ≤ 1.05, direct", ratio("outbox", "guarded+effect/guarded direct"), 1.05, true, "")
+		r.addGoal("outbox", "guarded+1 effect / guarded ≤ 1.05, proxied 1ms each way", ratio("outbox", "guarded+effect/guarded proxied 1ms each way"), 1.05, true, "")
+		r.addGoal("outbox", "one relay to a no-op Sender ≥ 5,000 effects/s", med("outbox", "one relay", "effects_per_s"), 5000, false, "")
+		r.addGoal("outbox", "two relays ≥ 1.6 × one", ratio("outbox", "two relays/one relay"), 1.6, false, "")
+		_ = s
+	}
 	if _, ok := r.Scenarios["sync"]; ok {
 		r.addGoal("sync", "rows/s guard on / off ≥ 0.90", ratio("sync", "on/off"), 0.9, false, "")
 	}

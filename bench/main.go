@@ -47,6 +47,9 @@ type config struct {
 	GuardTxProxied   int           `json:"guard_tx_proxied"`
 	ProxyDelay       time.Duration `json:"proxy_delay_ns"`
 	SyncRows         int           `json:"sync_rows"`
+	OutboxLatencyN   int           `json:"outbox_latency_n"`
+	OutboxPollN      int           `json:"outbox_poll_n"`
+	OutboxBacklog    int           `json:"outbox_backlog"`
 	Only             []string      `json:"only,omitempty"`
 }
 
@@ -58,7 +61,8 @@ func defaultConfig() config {
 		ContendedWorkers: 16, ContendedHold: time.Millisecond, ContendedDur: 5 * time.Second,
 		RenewalLocks: []int{1000, 10000}, RenewalLease: 3 * time.Second, RenewalPeriods: 3, RenewalReps: 5,
 		GuardTxDirect: 400, GuardTxProxied: 60, ProxyDelay: time.Millisecond,
-		SyncRows: 10000,
+		SyncRows:       10000,
+		OutboxLatencyN: 200, OutboxPollN: 30, OutboxBacklog: 20000,
 	}
 }
 
@@ -70,7 +74,8 @@ func quickConfig() config {
 		ContendedWorkers: 4, ContendedHold: time.Millisecond, ContendedDur: 300 * time.Millisecond,
 		RenewalLocks: []int{50}, RenewalLease: 900 * time.Millisecond, RenewalPeriods: 1, RenewalReps: 1,
 		GuardTxDirect: 10, GuardTxProxied: 3, ProxyDelay: time.Millisecond,
-		SyncRows: 50,
+		SyncRows:       50,
+		OutboxLatencyN: 5, OutboxPollN: 2, OutboxBacklog: 200,
 	}
 }
 
@@ -221,6 +226,7 @@ func run(ctx context.Context, cfg config, pin bool, cpuprofile string, log io.Wr
 		{"guard", runGuard},
 		{"sqlfence", runSQLFence},
 		{"sync", runSync},
+		{"outbox", runOutbox},
 		{"cluster", runCluster},
 	} {
 		if !cfg.wants(s.name) {

@@ -34,7 +34,7 @@ func (e *env) startServers(ctx context.Context, pinned bool, pl *placement) erro
 		pl.RedisVersion = infoField(info, "redis_version")
 	}
 
-	if !e.cfg.wants("guard") && !e.cfg.wants("sync") {
+	if !e.cfg.wants("guard") && !e.cfg.wants("sync") && !e.cfg.wants("outbox") {
 		return nil
 	}
 	pg, err := testenv.StartPostgres()

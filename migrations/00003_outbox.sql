@@ -136,7 +136,8 @@ $$;
 -- head of their resource (outbox_heads, starting after p_after, the last
 -- resource the relay claimed, and wrapping around, so that every resource
 -- gets its turn) for half the batch, then unordered rows oldest due first
--- (outbox_due_idx), then ordered heads again for whatever room is left.
+-- (outbox_due_idx), then ordered heads again for whatever room is left
+-- (only if the first pass found a full half: otherwise there are none).
 -- Each claim counts as an attempt.
 -- +goose StatementBegin
 CREATE FUNCTION fencelock.outbox_claim(p_claim bigint, p_limit integer, p_visibility interval, p_after text DEFAULT '')
@@ -148,9 +149,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    after text := coalesce(p_after, '');
-    got   integer := 0;
-    n     integer;
+    after       text := coalesce(p_after, '');
+    got         integer := 0;
+    ordered_got integer := 0;
+    n           integer;
 BEGIN
     IF p_claim IS NULL OR p_limit IS NULL OR p_limit < 1 OR p_visibility IS NULL OR p_visibility <= interval '0' THEN
         PERFORM fencelock.raise_invalid('outbox_claim', 'a claim, a limit >= 1 and a visibility > 0 are required');
@@ -158,6 +160,9 @@ BEGIN
     FOR pass IN 1..3 LOOP
         n := CASE pass WHEN 1 THEN greatest(p_limit / 2, 1) ELSE p_limit - got END;
         EXIT WHEN n <= 0;
+        -- Pass 3 only when pass 1 filled its half: else no ordered head was
+        -- left.
+        CONTINUE WHEN pass = 3 AND ordered_got < greatest(p_limit / 2, 1);
         IF pass = 2 THEN
             RETURN QUERY
             WITH due AS (
@@ -191,6 +196,9 @@ BEGIN
         END IF;
         GET DIAGNOSTICS n = ROW_COUNT;
         got := got + n;
+        IF pass = 1 THEN
+            ordered_got := n;
+        END IF;
     END LOOP;
 END;
 $$;
