@@ -189,6 +189,22 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- The fence lock. A new token is stored only under the exclusive
+-- transaction-level advisory lock that stands for the resource's fence
+-- row (claim), and a commit checks its token under the shared one (close,
+-- claim, the protect trigger), held until the transaction ends; its key
+-- is pg_catalog.hashtextextended(resource, 1380730187), written out where
+-- it is used. Unlike a row lock it writes no WAL and needs no privilege on
+-- the table, so pgfence's commit takes it in a plain statement. Two
+-- resources whose keys collide (a 64-bit hash) only wait for each other's
+-- commits; an application's own advisory lock on the same key can delay,
+-- never break, the fence. Locks are taken advisory first, then row, so
+-- claims do not deadlock.
+--
+-- The claim of a transaction travels in the transaction-local setting
+-- fencelock.claim, '<token>:<length of resource>:<resource><holder>',
+-- which open and claim set and the protect trigger reads.
+
 -- claim accepts p_token for p_resource if it is higher than the stored one
 -- (and stores it) or equal to it with the same holder; otherwise it raises
 -- FL001. With p_key it then records that idempotency key (FL003 if it was
@@ -229,15 +245,22 @@ BEGIN
       FROM fencelock.fence f WHERE f.resource = p_resource;
     ours := fencelock.check_token(p_resource, p_token, p_holder, cur, cur_holder);
     IF ours THEN
-        -- Already ours: a share lock keeps a newer claim out until we end.
-        -- Under READ COMMITTED it waits for a concurrent updater and
+        -- Already ours: the resource's shared lock (the fence lock, above),
+        -- then the row's, keep a newer claim out until we end. Under READ
+        -- COMMITTED the share lock waits for a concurrent updater and
         -- returns the latest row, which is checked again.
+        PERFORM pg_advisory_xact_lock_shared(pg_catalog.hashtextextended(p_resource, 1380730187));
         SELECT f.token, f.holder INTO cur, cur_holder
           FROM fencelock.fence f WHERE f.resource = p_resource FOR SHARE;
         ours := fencelock.check_token(p_resource, p_token, p_holder, cur, cur_holder);
     END IF;
     IF NOT ours THEN
-        -- FOR UPDATE waits for a concurrent claimer and then re-reads.
+        -- The resource's exclusive lock first (a new token waits for every
+        -- check that holds the shared one, and each such check that comes
+        -- later sees the new token), then FOR UPDATE, which waits for a
+        -- concurrent claimer and then re-reads. Locks are always taken in
+        -- that order, advisory then row, so no two claims deadlock.
+        PERFORM pg_advisory_xact_lock(pg_catalog.hashtextextended(p_resource, 1380730187));
         SELECT f.token, f.holder INTO cur, cur_holder
           FROM fencelock.fence f WHERE f.resource = p_resource FOR UPDATE;
         IF NOT FOUND THEN
@@ -257,9 +280,7 @@ BEGIN
         END IF;
     END IF;
 
-    PERFORM set_config('fencelock.resource', p_resource, true),
-            set_config('fencelock.token', p_token::text, true),
-            set_config('fencelock.holder', p_holder, true);
+    PERFORM set_config('fencelock.claim', p_token || ':' || length(p_resource) || ':' || p_resource || p_holder, true);
     IF p_key IS NOT NULL THEN
         PERFORM fencelock.apply_key(p_resource, p_key, p_token);
     END IF;
@@ -337,9 +358,7 @@ BEGIN
             ok := fencelock.raise_finished(p_resource, p_run_key, prev);
         END IF;
     END IF;
-    PERFORM set_config('fencelock.resource', p_resource, true),
-            set_config('fencelock.token', p_token::text, true),
-            set_config('fencelock.holder', p_holder, true);
+    PERFORM set_config('fencelock.claim', p_token || ':' || length(p_resource) || ':' || p_resource || p_holder, true);
     RETURN coalesce(cur, 0);
 END;
 $$;
@@ -393,9 +412,7 @@ BEGIN
             RETURN fencelock.open_full(p_resource, p_token, p_holder, p_key, p_run_key);
         END IF;
     END IF;
-    RETURN CASE WHEN pg_catalog.set_config('fencelock.resource', p_resource, true) IS NULL
-                  OR pg_catalog.set_config('fencelock.token', p_token::pg_catalog.text, true) IS NULL
-                  OR pg_catalog.set_config('fencelock.holder', p_holder, true) IS NULL
+    RETURN CASE WHEN pg_catalog.set_config('fencelock.claim', p_token::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.length(p_resource)::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) p_resource OPERATOR(pg_catalog.||) p_holder, true) IS NULL
                 THEN NULL ELSE cur END;
 END;
 $$;
@@ -450,6 +467,7 @@ BEGIN
     ok := fencelock.check_args('close', p_resource, p_token, p_holder, p_key, p_run_key,
                                  coalesce(p_finish, false) OR p_cursor IS NOT NULL);
 
+    PERFORM pg_advisory_xact_lock_shared(pg_catalog.hashtextextended(p_resource, 1380730187));
     SELECT f.token, f.holder INTO cur, cur_holder
       FROM fencelock.fence f WHERE f.resource = p_resource FOR SHARE;
     IF NOT fencelock.check_token(p_resource, p_token, p_holder, cur, cur_holder) THEN
@@ -520,8 +538,13 @@ DECLARE
     cur        bigint;
     cur_holder pg_catalog.text;
 BEGIN
+    -- The resource's shared lock, then a read in a statement of its own
+    -- (so its snapshot is taken after the lock is held): every new token
+    -- is stored under the exclusive lock, so the token read is the latest
+    -- and stays so until this transaction ends.
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtextextended(p_resource, 1380730187));
     SELECT f.token, f.holder INTO cur, cur_holder
-      FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) p_resource FOR SHARE;
+      FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) p_resource;
     IF (cur OPERATOR(pg_catalog.=) p_token AND cur_holder OPERATOR(pg_catalog.=) p_holder) IS NOT TRUE
        OR p_finish OR p_key OPERATOR(pg_catalog.=) '' OR p_run_key OPERATOR(pg_catalog.=) ''
        OR (p_run_key IS NULL AND p_cursor IS NOT NULL) THEN
@@ -603,12 +626,25 @@ AS $$
 DECLARE
     -- After a claiming transaction ends the settings read as '' for the
     -- rest of the session, not NULL.
+    c        text := nullif(current_setting('fencelock.claim', true), '');
     r        text := nullif(current_setting('fencelock.resource', true), '');
     t        text := nullif(current_setting('fencelock.token', true), '');
     h        text := nullif(current_setting('fencelock.holder', true), '');
+    n        integer;
+    rest     text;
     required text;
     problem  text;
 BEGIN
+    -- fencelock.claim is '<token>:<length of resource>:<resource><holder>'
+    -- (see the fence lock, above); a writer may set the three settings
+    -- fencelock.resource, fencelock.token and fencelock.holder instead.
+    IF c IS NOT NULL THEN
+        t := split_part(c, ':', 1);
+        n := split_part(c, ':', 2)::integer;
+        rest := substr(c, length(t) + length(n::text) + 3);
+        r := left(rest, n);
+        h := nullif(substr(rest, n + 1), '');
+    END IF;
     IF TG_NARGS > 0 THEN
         required := TG_ARGV[0];
     END IF;
@@ -667,6 +703,15 @@ COMMENT ON FUNCTION fencelock.protect_guard() IS
 -- SECURITY DEFINER functions are callable only by roles granted EXECUTE
 -- (see the top of this file), not by everyone.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fencelock FROM PUBLIC;
+-- pgfence checks a transaction's token with plain statements (no
+-- function call: most of a guarded transaction's cost on the server was
+-- the functions' executor start-ups), so a role that may use the schema
+-- may read the three tables. That is harmless: tokens, holder ids, keys
+-- and cursors are what fencectl shows an operator; reading one changes
+-- nothing, and writing stays reserved to the functions. PUBLIC reaches
+-- them only with USAGE on the schema, which only the application roles
+-- are granted.
+GRANT SELECT ON fencelock.fence, fencelock.applied, fencelock.runs TO PUBLIC;
 
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sql IMMUTABLE AS $$ SELECT 2::bigint $$;
@@ -697,6 +742,7 @@ END;
 $$;
 -- +goose StatementEnd
 DROP FUNCTION fencelock.protect_guard();
+REVOKE SELECT ON fencelock.fence, fencelock.applied, fencelock.runs FROM PUBLIC;
 DROP FUNCTION fencelock.prune(interval);
 DROP FUNCTION fencelock.run_state(text, text);
 DROP FUNCTION fencelock.close(text, bigint, text, text, text, text, boolean);

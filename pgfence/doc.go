@@ -27,28 +27,36 @@
 //     reads anything, so an older holder that read before it froze cannot
 //     commit over what fn reads; a stale token fails, [guard.ErrStaleToken];
 //     a Store that has already seen this lease's token stored skips it),
-//     then BEGIN and fencelock.open(...), Sync. open locks nothing: a stale
-//     token, an applied key ([guard.ErrAlreadyApplied]) or a finished run
-//     ([guard.ErrRunFinished]) fails there, before fn writes anything, and so
-//     does a read-only transaction ([guard.ErrReadOnly]: a read-only database
-//     or role default, a hot standby; pgfence never overrides it).
-//   - commit: fencelock.close(...), COMMIT, Sync. close locks the fence row
-//     of the resource, checks the token (stores it if it is not yet),
-//     records the key and moves a run's cursor; if it refuses, Postgres
-//     skips the COMMIT and the transaction is rolled back. A connection
-//     lost once the commit is sent gives [guard.ErrUnknownOutcome].
+//     then BEGIN and the check, Sync: a plain statement that reads the
+//     fence row (and the key and the run, if any) and calls
+//     fencelock.open only when something is to refuse. It locks nothing: a
+//     stale token, an applied key ([guard.ErrAlreadyApplied]) or a finished
+//     run ([guard.ErrRunFinished]) fails there, before fn writes anything,
+//     and so does a read-only transaction ([guard.ErrReadOnly]: a read-only
+//     database or role default, a hot standby; pgfence never overrides it).
+//   - commit: the claim, COMMIT, Sync. For a write without a key or a run
+//     the claim is the resource's shared fence lock (a transaction-level
+//     advisory lock; a new token is stored only under its exclusive lock)
+//     and, in a statement of its own so that it reads what is committed
+//     once the lock is held, the stored token checked again; otherwise
+//     fencelock.close, which does the same, records the key and moves the
+//     run's cursor. Anything to refuse or to store goes to fencelock.close;
+//     if it refuses, Postgres skips the COMMIT and the transaction is
+//     rolled back. A connection lost once the commit is sent gives
+//     [guard.ErrUnknownOutcome].
 //
-// Because every commit takes the fence row lock and checks its token in
-// the committing transaction, committed tokens per resource never decrease
-// in commit order. And because the lock is held only while advance or a
+// Because every commit checks its token under the fence lock in the
+// committing transaction, committed tokens per resource never decrease in
+// commit order. And because the lock is held only while advance or a
 // commit runs, a holder frozen in the middle of its transaction (SIGSTOP,
 // GC pause, VM freeze) holds up no one: the next holder's [Store.Advance]
 // and writes go through, and the frozen one's commit is refused when it
 // wakes up. A refused or failed transaction still leaves its token
-// recorded, as Advance would.
+// recorded, as Advance would. The application role needs no write
+// privilege on the fence tables; the migrations let it read them.
 //
 // One exception: a write to a table protected with [Store.Protect] claims
-// right away (its trigger locks the fence row until the transaction ends),
+// right away (its trigger holds the fence lock until the transaction ends),
 // so a holder frozen after such a write delays the next holder's claim
 // until its transaction ends. [WithIdleTimeout] lets the database end such
 // a transaction, [WithLockTimeout] bounds the wait.

@@ -102,7 +102,7 @@ func (s *Store) prepareAll(ctx context.Context, cs *connState, conn *pgconn.PgCo
 		return true, nil
 	}
 	var todo []sqlStmt
-	for _, st := range []sqlStmt{s.stAdvance, s.stBegin, s.stOpen, s.stClose, s.stCommit} {
+	for _, st := range []sqlStmt{s.stAdvance, s.stBegin, s.stOpen, s.stOpenPlain, s.stLock, s.stCheck, s.stClose, s.stCommit} {
 		if !cs.prepared[st.name] {
 			todo = append(todo, st)
 		}

@@ -15,6 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// pgfenceStatements is how many statements a Store prepares: advance,
+// BEGIN, the two opens (with and without a key or a run), the fence lock
+// and the check of a plain commit, close, COMMIT.
+const pgfenceStatements = 8
+
 // preparedByPgfence counts pgfence's statements prepared on q's session.
 func preparedByPgfence(t *testing.T, ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
@@ -29,7 +34,8 @@ func preparedByPgfence(t *testing.T, ctx context.Context, q interface {
 // once and binds them by name afterwards (the bench's profile: a third of
 // the server CPU of a guarded transaction); WithoutPreparedStatements
 // keeps them unnamed. Preparing costs a new connection two round trips,
-// once: one to ask whether it is direct, one for all five statements.
+// once: one to ask whether it is direct, one for all its statements
+// (pgfenceStatements).
 func TestPreparedOnDirectConnection(t *testing.T) {
 	db := newDB(t)
 	stockTable(t, db.Pool)
@@ -42,7 +48,7 @@ func TestPreparedOnDirectConnection(t *testing.T) {
 	}{
 		// advance, BEGIN, open, close, COMMIT; the first transaction: ask,
 		// prepare, then its own three.
-		{"default", nil, 5, 5},
+		{"default", nil, pgfenceStatements, 5},
 		{"WithoutPreparedStatements", []pgfence.Option{pgfence.WithoutPreparedStatements()}, 0, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -144,7 +150,7 @@ func TestPreparedStatementsDropped(t *testing.T) {
 	l := lease{"r", 1, "a"}
 	_, err = guard.Exec(ctx, s, l, insertStock("x", 1))
 	require.NoError(t, err)
-	require.Equal(t, 5, preparedByPgfence(t, ctx, conn))
+	require.Equal(t, pgfenceStatements, preparedByPgfence(t, ctx, conn))
 
 	_, err = guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
 		if err := insertStock("y", 1)(ctx, tx); err != nil {
@@ -165,6 +171,6 @@ func TestPreparedStatementsDropped(t *testing.T) {
 	require.Equal(t, 0, preparedByPgfence(t, ctx, conn))
 	_, err = guard.Exec(ctx, s, l, insertStock("w", 1))
 	require.NoError(t, err, "after DISCARD ALL between transactions")
-	assert.Equal(t, 5, preparedByPgfence(t, ctx, conn), "prepared again, the five together")
+	assert.Equal(t, pgfenceStatements, preparedByPgfence(t, ctx, conn), "prepared again, all together")
 	assert.EqualValues(t, 3, count(t, db.Pool, "SELECT count(*) FROM stock"))
 }

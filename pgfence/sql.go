@@ -3,6 +3,7 @@ package pgfence
 import (
 	"context"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/pgcore"
@@ -27,16 +28,55 @@ const (
 	sqlBegin   = "BEGIN ISOLATION LEVEL READ COMMITTED"
 	// sqlOpen checks the claim without locks, reports whether the
 	// transaction is read-only (the database's or role's default, a hot
-	// standby: fn must not run) and marks the transaction as pgfence's
-	// (fencelock.txn, transaction-local), so that the commit can tell it
-	// is still the same one. Store.openSQL appends the options' settings.
-	sqlOpen = "SELECT fencelock.open($1, $2, $3, $4, $5), pg_catalog.current_setting('transaction_read_only'), pg_catalog.set_config('fencelock.txn', '1', true)"
-	// sqlClose claims the fence, records the key and moves the run, but
-	// first checks the marker sqlOpen set: if fn ended pgfence's
-	// transaction and began another one (a raw "COMMIT; BEGIN"), the
-	// marker is gone, the cast fails (22P02, or 42704 on a connection
-	// that never saw it) and the new transaction is rolled back.
-	sqlClose  = "SELECT fencelock.close($1, $2, $3, $4, $5, $6, $7) WHERE pg_catalog.current_setting('fencelock.txn')::int = 1"
+	// standby: fn must not run) and sets the claim ($6, claimText) in the
+	// transaction-local setting fencelock.claim, which the protect trigger
+	// reads and the commit checks is still there. It is a plain statement:
+	// the common case (the stored token is this one, the key is new, the
+	// run not finished) reads the tables and calls no function; anything
+	// else goes to fencelock.open, which raises what applies. Every name is
+	// schema-qualified, operators included, so the session's search_path
+	// cannot change it. No key and no run are '' here, not NULL (keys and
+	// run keys are never empty): the plan is then the same for every
+	// transaction, and Postgres keeps one generic plan instead of planning
+	// the statement again each time. Store.openSQL appends the options'
+	// settings.
+	sqlOpen = "SELECT CASE WHEN (SELECT f.token OPERATOR(pg_catalog.=) $2 AND f.holder OPERATOR(pg_catalog.=) $3" +
+		" FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) $1)" +
+		" AND NOT EXISTS (SELECT FROM fencelock.applied a" +
+		" WHERE a.resource OPERATOR(pg_catalog.=) $1 AND a.key OPERATOR(pg_catalog.=) $4)" +
+		" AND NOT EXISTS (SELECT FROM fencelock.runs r" +
+		" WHERE r.resource OPERATOR(pg_catalog.=) $1 AND r.run_key OPERATOR(pg_catalog.=) $5 AND r.finished)" +
+		" THEN pg_catalog.set_config('fencelock.claim', $6, true)" +
+		" ELSE fencelock.open($1, $2, $3, CASE WHEN $4 OPERATOR(pg_catalog.=) '' THEN NULL ELSE $4 END," +
+		" CASE WHEN $5 OPERATOR(pg_catalog.=) '' THEN NULL ELSE $5 END)::pg_catalog.text END," +
+		" pg_catalog.current_setting('transaction_read_only')"
+	// sqlOpenPlain is sqlOpen for a write without a key or a run: the
+	// fence row only (each subquery of a statement costs its executor
+	// start-up, run or not).
+	sqlOpenPlain = "SELECT CASE WHEN (SELECT f.token OPERATOR(pg_catalog.=) $2 AND f.holder OPERATOR(pg_catalog.=) $3" +
+		" FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) $1)" +
+		" THEN pg_catalog.set_config('fencelock.claim', $6, true)" +
+		" ELSE fencelock.open($1, $2, $3, NULL, NULL)::pg_catalog.text END," +
+		" pg_catalog.current_setting('transaction_read_only')"
+	// sqlMarked is the condition the commit's statements carry: the
+	// claim open set is still there. If fn ended pgfence's transaction
+	// and began another one (a raw "COMMIT; BEGIN"), the setting reads ''
+	// (or was never set on the connection): the cast fails (22P02, or
+	// 42704) and the new transaction is rolled back.
+	sqlMarked = " WHERE pg_catalog.split_part(pg_catalog.current_setting('fencelock.claim'), ':', 1)::pg_catalog.int8 OPERATOR(pg_catalog.=) $2"
+	// sqlLock and sqlCheck are the claim of a plain write (no key, no
+	// run): the resource's shared fence lock (see the migrations: every
+	// new token is stored under its exclusive lock), then, in a statement
+	// of its own so that its snapshot is taken once the lock is held, the
+	// stored token read again; anything but this one goes to
+	// fencelock.close, which claims or refuses.
+	sqlLock  = "SELECT pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtextextended($1, 1380730187))"
+	sqlCheck = "SELECT CASE WHEN (SELECT f.token OPERATOR(pg_catalog.=) $2 AND f.holder OPERATOR(pg_catalog.=) $3" +
+		" FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) $1) THEN $2" +
+		" ELSE fencelock.close($1, $2, $3, NULL, NULL, NULL, false) END" + sqlMarked
+	// sqlClose claims the fence, records the key and moves the run (under
+	// the same shared lock), for a write with a key or a run.
+	sqlClose  = "SELECT fencelock.close($1, $2, $3, $4, $5, $6, $7)" + sqlMarked
 	sqlCommit = "COMMIT"
 )
 
@@ -49,14 +89,16 @@ const (
 
 var (
 	advanceOIDs = []uint32{oidText, oidInt8, oidText}
-	openOIDs    = []uint32{oidText, oidInt8, oidText, oidText, oidText, oidText, oidText}
+	openOIDs    = []uint32{oidText, oidInt8, oidText, oidText, oidText, oidText, oidText, oidText}
+	lockOIDs    = []uint32{oidText}
+	checkOIDs   = []uint32{oidText, oidInt8, oidText}
 	closeOIDs   = []uint32{oidText, oidInt8, oidText, oidText, oidText, oidText, oidBool}
 )
 
 // openSQL is sqlOpen with the Store's transaction settings, as the
-// parameters after the five of open ($6, and $7 when both are set).
-func openSQL(lockTimeout, idleTimeout bool) (q string, params int) {
-	q, params = sqlOpen, 5
+// parameters after the six of open ($7, and $8 when both are set).
+func openSQL(base string, lockTimeout, idleTimeout bool) (q string, params int) {
+	q, params = base, 6
 	if lockTimeout {
 		params++
 		q += ", pg_catalog.set_config('lock_timeout', $" + strconv.Itoa(params) + ", true)"
@@ -69,11 +111,33 @@ func openSQL(lockTimeout, idleTimeout bool) (q string, params int) {
 }
 
 // claimValues are a claim's and a run's parameters for advance (the first
-// three), open and close, in text format; nil is NULL.
+// three), open and close, in text format; nil is NULL. plain is set for a
+// write without a key or a run: its commit is sqlLock and sqlCheck.
 type claimValues struct {
 	advance [][]byte
 	open    [][]byte
 	close   [][]byte
+	plain   bool
+}
+
+// claimText is the value of fencelock.claim for a claim:
+// '<token>:<length of resource in characters>:<resource><holder>'.
+func claimText(resource, token, holder []byte) []byte {
+	b := make([]byte, 0, len(token)+len(resource)+len(holder)+8)
+	b = append(b, token...)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(utf8.RuneCount(resource)), 10)
+	b = append(b, ':')
+	b = append(b, resource...)
+	return append(b, holder...)
+}
+
+// orEmpty is v, or ” for NULL.
+func orEmpty(v []byte) []byte {
+	if v == nil {
+		return []byte{}
+	}
+	return v
 }
 
 func textOrNull(s string) []byte {
@@ -99,8 +163,9 @@ func (s *Store) values(c guard.Claim, run pgcore.RunOp) claimValues {
 	}
 	return claimValues{
 		advance: [][]byte{resource, token, holder},
-		open:    s.openValues(resource, token, holder, key, openRun),
+		open:    s.openValues(resource, token, holder, orEmpty(key), orEmpty(openRun), claimText(resource, token, holder)),
 		close:   [][]byte{resource, token, holder, key, runKey, cursor, finish},
+		plain:   key == nil && runKey == nil,
 	}
 }
 

@@ -48,8 +48,8 @@ type Store struct {
 	idleTimeoutText []byte
 	// The statements of a guarded transaction (openSQL as stOpen), and
 	// whether to prepare them on direct connections (see prepare.go).
-	stAdvance, stBegin, stOpen, stClose, stCommit sqlStmt
-	prepare                                       bool
+	stAdvance, stBegin, stOpen, stOpenPlain, stLock, stCheck, stClose, stCommit sqlStmt
+	prepare                                                                     bool
 }
 
 // New returns a Store over db. The fencelock schema must be installed
@@ -83,10 +83,14 @@ func New(db DB, opts ...Option) (*Store, error) {
 		s.idleTimeoutText = strconv.AppendInt(nil, idleTimeout.Milliseconds(), 10)
 	}
 	var params int
-	s.openSQL, params = openSQL(lockTimeout > 0, idleTimeout > 0)
+	s.openSQL, params = openSQL(sqlOpen, lockTimeout > 0, idleTimeout > 0)
+	openPlain, _ := openSQL(sqlOpenPlain, lockTimeout > 0, idleTimeout > 0)
+	s.stOpenPlain = newSQLStmt("open", openPlain, openOIDs[:params])
 	s.stAdvance = newSQLStmt("advance", sqlAdvance, advanceOIDs)
 	s.stBegin = newSQLStmt("begin", sqlBegin, nil)
 	s.stOpen = newSQLStmt("open", s.openSQL, openOIDs[:params])
+	s.stLock = newSQLStmt("lock", sqlLock, lockOIDs)
+	s.stCheck = newSQLStmt("close", sqlCheck, checkOIDs)
 	s.stClose = newSQLStmt("close", sqlClose, closeOIDs)
 	s.stCommit = newSQLStmt("commit", sqlCommit, nil)
 	return s, nil

@@ -18,15 +18,17 @@ import (
 //
 // The begin is one round trip (a pipeline): advance, Sync (its own
 // implicit transaction commits there, so the token is recorded before fn
-// reads anything), then BEGIN and open, Sync. The commit is one more:
-// close, COMMIT, Sync. Why the claim waits for the commit: claiming locks
-// the fence row until the transaction ends; taken at BEGIN, a holder
+// reads anything), then BEGIN and the check (sqlOpen), Sync. The commit is
+// one more: the statements queued with pgcore.OnCommit, the claim (sqlLock
+// and sqlCheck, or sqlClose), COMMIT, Sync. Why the claim waits for the
+// commit: claiming takes the fence lock until the transaction ends; taken
+// at BEGIN, a holder
 // frozen in the middle of its transaction (SIGSTOP, GC, VM freeze) would
 // keep every later holder waiting, which is the failure this library
 // exists for. Taken in the round trip that carries COMMIT (and by advance,
 // in its own little transaction before BEGIN), the lock lasts only as long
 // as those, and the invariant holds all the same: every commit checks its
-// token under the fence row lock in the committing transaction, so
+// token under the fence lock in the committing transaction, so
 // committed tokens per resource never decrease in commit order.
 type txn struct {
 	s  *Store
@@ -35,8 +37,10 @@ type txn struct {
 	// nil on the generic path, where inner is the DB's own transaction.
 	conn  *pgx.Conn
 	inner pgx.Tx
-	// closeVals are fencelock.close's parameters.
+	// closeVals are fencelock.close's parameters; plain: the claim is
+	// sqlLock and sqlCheck (no key, no run), else sqlClose.
 	closeVals [][]byte
+	plain     bool
 	// named: close and COMMIT are prepared on conn (see prepare.go).
 	named bool
 	// ended is set once Commit or Rollback has run.
@@ -107,7 +111,11 @@ func (s *Store) beginOnConn(ctx context.Context, conn *pgx.Conn, v claimValues, 
 		if advance {
 			segs = append(segs, []stmt{s.stAdvance.bind(v.advance, named)})
 		}
-		segs = append(segs, []stmt{s.stBegin.bind(nil, named), s.stOpen.bind(v.open, named)})
+		open := s.stOpen
+		if v.plain {
+			open = s.stOpenPlain
+		}
+		segs = append(segs, []stmt{s.stBegin.bind(nil, named), open.bind(v.open, named)})
 		res, _, err = pipeline(ctx, pc, segs...)
 		if err != nil {
 			// The connection is lost or ctx ended; the server rolls back
@@ -147,7 +155,7 @@ func (s *Store) beginOnConn(ctx context.Context, conn *pgx.Conn, v claimValues, 
 	case o.skipped || b.skipped:
 		return fail(errUnexpected)
 	}
-	return &txn{s: s, tx: newFnTx(conn, conn), conn: conn, closeVals: v.close, named: named, release: release}, nil, nil
+	return &txn{s: s, tx: newFnTx(conn, conn), conn: conn, closeVals: v.close, plain: v.plain, named: named, release: release}, nil, nil
 }
 
 // beginGeneric is the begin for a DB other than a pool or a conn: advance,
@@ -224,18 +232,25 @@ func (t *txn) commit(ctx context.Context) error {
 		return t.commitGeneric(ctx, queued)
 	}
 	pc := t.conn.PgConn()
-	seg := make([]stmt, 0, len(queued)+2)
+	seg := make([]stmt, 0, len(queued)+3)
 	for _, q := range queued {
 		seg = append(seg, stmt{sql: q.SQL, vals: q.Encoded.([][]byte)})
 	}
-	seg = append(seg, t.s.stClose.bind(t.closeVals, t.named), t.s.stCommit.bind(nil, t.named))
+	claim := 1
+	if t.plain {
+		claim = 2
+		seg = append(seg, t.s.stLock.bind(t.closeVals[:1], t.named), t.s.stCheck.bind(t.closeVals[:3], t.named))
+	} else {
+		seg = append(seg, t.s.stClose.bind(t.closeVals, t.named))
+	}
+	seg = append(seg, t.s.stCommit.bind(nil, t.named))
 	res, sent, err := pipeline(ctx, pc, seg)
 	if err == nil {
 		if qerr := queuedError(res[0][:len(queued)], queued); qerr != nil {
 			rollbackConn(ctx, t.conn)
 			return qerr
 		}
-		res[0] = res[0][len(queued):]
+		res[0] = claimResult(res[0][len(queued):], claim)
 	}
 	if err == nil && t.named && missingStatement(res) {
 		// fn dropped pgfence's prepared statements (DEALLOCATE ALL): the
@@ -252,7 +267,7 @@ func (t *txn) commit(ctx context.Context) error {
 			if qerr := queuedError(res[0][:len(queued)], queued); qerr != nil {
 				return qerr
 			}
-			res[0] = res[0][len(queued):]
+			res[0] = claimResult(res[0][len(queued):], claim)
 		}
 		switch {
 		case len(res) > 0 && res[0][0].err != nil:
@@ -278,6 +293,19 @@ func (t *txn) commit(ctx context.Context) error {
 		return pgx.ErrTxCommitRollback
 	}
 	return nil
+}
+
+// claimResult folds the results of the n statements of the claim (the
+// lock and the check, or close) into one, the first that failed or else
+// the last, followed by the rest (COMMIT's).
+func claimResult(res []stmtResult, n int) []stmtResult {
+	for i := 0; i < n-1; i++ {
+		if res[i].err != nil {
+			res[n-1] = res[i]
+			break
+		}
+	}
+	return res[n-1:]
 }
 
 // queuedError is the error of the first queued statement that failed, or

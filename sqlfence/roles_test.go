@@ -58,7 +58,7 @@ func TestApplicationRole(t *testing.T) {
 	for _, q := range []string{
 		"UPDATE fencelock.fence SET token = 1",
 		"DELETE FROM fencelock.applied",
-		"SELECT count(*) FROM fencelock.fence",
+		"SELECT token FROM fencelock.fence FOR SHARE",
 	} {
 		_, err := db.ExecContext(ctx, q)
 		require.Error(t, err, q)
