@@ -644,6 +644,11 @@ BEGIN
         rest := substr(c, length(t) + length(n::text) + 3);
         r := left(rest, n);
         h := nullif(substr(rest, n + 1), '');
+        -- The statement that fired the trigger may read the claim the
+        -- same way (the outbox's outbox_add does): set the three too.
+        PERFORM set_config('fencelock.resource', r, true),
+                set_config('fencelock.token', t, true),
+                set_config('fencelock.holder', h, true);
     END IF;
     IF TG_NARGS > 0 THEN
         required := TG_ARGV[0];
