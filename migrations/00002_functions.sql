@@ -519,9 +519,9 @@ $$;
 -- Like open it is written for speed, schema-qualified throughout and
 -- without a SET clause: the common case (the stored token is p_token of
 -- p_holder, as advance left it; a key not applied before; a step of a run
--- that has started and is not finished) reads the fence row under FOR
--- SHARE, moves the run with one UPDATE and records the key with one
--- INSERT; anything else (a lower or missing stored token to claim, a
+-- that has started and is not finished) takes the shared fence lock, then
+-- moves the run with one UPDATE or records the key with one INSERT that
+-- also checks the token (or, with neither, reads it); anything else (a lower or missing stored token to claim, a
 -- newer one to refuse, a run's first step or its finish, an applied key,
 -- bad arguments) goes to close_full, which does all of it again and
 -- raises what applies. The run is moved before the key is recorded so
@@ -538,33 +538,51 @@ DECLARE
     cur        bigint;
     cur_holder pg_catalog.text;
 BEGIN
-    -- The resource's shared lock, then a read in a statement of its own
-    -- (so its snapshot is taken after the lock is held): every new token
-    -- is stored under the exclusive lock, so the token read is the latest
-    -- and stays so until this transaction ends.
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtextextended(p_resource, 1380730187));
-    SELECT f.token, f.holder INTO cur, cur_holder
-      FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) p_resource;
-    IF (cur OPERATOR(pg_catalog.=) p_token AND cur_holder OPERATOR(pg_catalog.=) p_holder) IS NOT TRUE
-       OR p_finish OR p_key OPERATOR(pg_catalog.=) '' OR p_run_key OPERATOR(pg_catalog.=) ''
+    IF p_finish OR p_key OPERATOR(pg_catalog.=) '' OR p_run_key OPERATOR(pg_catalog.=) ''
        OR (p_run_key IS NULL AND p_cursor IS NOT NULL) THEN
         RETURN fencelock.close_full(p_resource, p_token, p_holder, p_key, p_run_key, p_cursor, p_finish);
     END IF;
+    -- The resource's shared fence lock, then the token read in a later
+    -- statement (its snapshot is taken once the lock is held): every new
+    -- token is stored under the exclusive lock, so the token read is the
+    -- latest and stays so until this transaction ends. The read rides in
+    -- the statement that moves the run or records the key, when there is
+    -- one: a statement less.
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtextextended(p_resource, 1380730187));
     IF p_run_key IS NOT NULL THEN
         UPDATE fencelock.runs r
            SET token = p_token, cursor = COALESCE(p_cursor, ''), updated_at = pg_catalog.now()
          WHERE r.resource OPERATOR(pg_catalog.=) p_resource AND r.run_key OPERATOR(pg_catalog.=) p_run_key
-           AND NOT r.finished;
+           AND NOT r.finished
+           AND (SELECT f.token OPERATOR(pg_catalog.=) p_token AND f.holder OPERATOR(pg_catalog.=) p_holder
+                  FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) p_resource);
         IF NOT FOUND THEN
             RETURN fencelock.close_full(p_resource, p_token, p_holder, p_key, p_run_key, p_cursor, p_finish);
         END IF;
+        IF p_key IS NOT NULL THEN
+            INSERT INTO fencelock.applied (resource, key, token) VALUES (p_resource, p_key, p_token)
+            ON CONFLICT (resource, key) DO NOTHING;
+            IF NOT FOUND THEN
+                RETURN fencelock.close_full(p_resource, p_token, p_holder, p_key, p_run_key, p_cursor, p_finish);
+            END IF;
+        END IF;
+        RETURN p_token;
     END IF;
     IF p_key IS NOT NULL THEN
-        INSERT INTO fencelock.applied (resource, key, token) VALUES (p_resource, p_key, p_token)
+        INSERT INTO fencelock.applied (resource, key, token)
+        SELECT p_resource, p_key, p_token
+         WHERE (SELECT f.token OPERATOR(pg_catalog.=) p_token AND f.holder OPERATOR(pg_catalog.=) p_holder
+                  FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) p_resource)
         ON CONFLICT (resource, key) DO NOTHING;
         IF NOT FOUND THEN
             RETURN fencelock.close_full(p_resource, p_token, p_holder, p_key, p_run_key, p_cursor, p_finish);
         END IF;
+        RETURN p_token;
+    END IF;
+    SELECT f.token, f.holder INTO cur, cur_holder
+      FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) p_resource;
+    IF (cur OPERATOR(pg_catalog.=) p_token AND cur_holder OPERATOR(pg_catalog.=) p_holder) IS NOT TRUE THEN
+        RETURN fencelock.close_full(p_resource, p_token, p_holder, p_key, p_run_key, p_cursor, p_finish);
     END IF;
     RETURN cur;
 END;
