@@ -85,6 +85,13 @@ func evaluateGoals(r *results) {
 		p := "proxied 1ms each way"
 		r.addGoal("guard", "guarded/plain ≤ 1.02, "+p, ratio("guard", "guarded/plain "+p), 1.02, true, "")
 		r.addGoal("guard", "guarded+key/plain ≤ 1.02, "+p, ratio("guard", "guarded+key/plain "+p), 1.02, true, "")
+		r.addGoal("guard", "guarded/floor ≤ 1.08, direct", ratio("guard", "guarded/floor direct"), 1.08, true, "floor: the plain transaction with two prepared no-op statements in its BEGIN and COMMIT round trips")
+		r.addGoal("guard", "guarded+key/floor ≤ 1.15, direct", ratio("guard", "guarded+key/floor direct"), 1.15, true, "")
+		r.addGoal("guard", "guarded/floor ≤ 1.02, "+p, ratio("guard", "guarded/floor "+p), 1.02, true, "")
+	}
+	if _, ok := r.Scenarios["sqlfence"]; ok {
+		r.addGoal("sqlfence", "guarded/plain database/sql ≤ 1.45, pgx driver", ratio("sqlfence", "guarded/plain pgx"), 1.45, true, "")
+		r.addGoal("sqlfence", "guarded/plain database/sql ≤ 1.6, lib/pq", ratio("sqlfence", "guarded/plain postgres"), 1.6, true, "")
 	}
 	if s, ok := r.Scenarios["outbox"]; ok {
 		r.addGoal("outbox", "commit → Sender p50 ≤ 1 ms, in-process wake-up (ms)", med("outbox", "commit → Sender, in-process wake-up", "latency_us")/1000, 1, true, "")

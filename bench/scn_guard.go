@@ -146,6 +146,8 @@ func runGuard(ctx context.Context, e *env, res *results) error {
 		s.Ratios["floor/plain "+path.name] = pairedRatio(repMed["floor"], repMed["plain"])
 		s.Ratios["guarded/plain "+path.name] = pairedRatio(repMed["guarded"], repMed["plain"])
 		s.Ratios["guarded+key/plain "+path.name] = pairedRatio(repMed["guarded+key"], repMed["plain"])
+		s.Ratios["guarded/floor "+path.name] = pairedRatio(repMed["guarded"], repMed["floor"])
+		s.Ratios["guarded+key/floor "+path.name] = pairedRatio(repMed["guarded+key"], repMed["floor"])
 	}
 	if err := profileGuard(ctx, e, db, s, variants); err != nil {
 		return fmt.Errorf("profile: %w", err)
@@ -288,8 +290,9 @@ func profileGuard(ctx context.Context, e *env, db *pgDB, s *scenario, variants f
 	s.Ratios["server CPU guarded/plain"] = pairedRatio(cpu["guarded"], cpu["plain"])
 	s.Ratios["server CPU floor/plain"] = pairedRatio(cpu["floor"], cpu["plain"])
 	s.Ratios["server CPU guarded+key/plain"] = pairedRatio(cpu["guarded+key"], cpu["plain"])
+	s.Ratios["server CPU guarded/floor"] = pairedRatio(cpu["guarded"], cpu["floor"])
 	s.Notes = append(s.Notes, fmt.Sprintf(
-		"profile: one connection, %d transactions per variant per repetition; server_cpu_us_per_tx is the CPU time of the connection's Postgres process per transaction (/proc/<pid>/schedstat), round_trips_per_tx the client's writes per transaction, client_cpu_us_per_tx the bench process's CPU time (getrusage) per transaction, tx_latency_us the mean time per transaction of that run. The guarded transaction's extra server time is its two extra statements, fencelock.open in the BEGIN round trip and fencelock.close in the COMMIT round trip (prepared once per connection, as the bench's connections go straight to Postgres; behind a transaction pooler they are parsed and planned in every transaction)", n))
+		"profile: one connection, %d transactions per variant per repetition; server_cpu_us_per_tx is the CPU time of the connection's Postgres process per transaction (/proc/<pid>/schedstat), round_trips_per_tx the client's writes per transaction, client_cpu_us_per_tx the bench process's CPU time (getrusage) per transaction, tx_latency_us the mean time per transaction of that run. The guarded transaction's extra server time is its statements: the check at begin (a plain statement reading the fence row, in the BEGIN round trip), and in the COMMIT round trip the shared fence lock and the token read again (a write with a key or a run: fencelock.close, a PL/pgSQL function that also records the key or moves the run) (prepared once per connection, as the bench's connections go straight to Postgres; behind a transaction pooler they are parsed and planned in every transaction)", n))
 	return nil
 }
 
