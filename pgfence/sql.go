@@ -3,7 +3,6 @@ package pgfence
 import (
 	"context"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/pgcore"
@@ -26,38 +25,14 @@ import (
 const (
 	sqlAdvance = "SELECT fencelock.advance($1, $2, $3)"
 	sqlBegin   = "BEGIN ISOLATION LEVEL READ COMMITTED"
-	// sqlOpen checks the claim without locks, reports whether the
-	// transaction is read-only (the database's or role's default, a hot
-	// standby: fn must not run) and sets the claim ($6, claimText) in the
-	// transaction-local setting fencelock.claim, which the protect trigger
-	// reads and the commit checks is still there. It is a plain statement:
-	// the common case (the stored token is this one, the key is new, the
-	// run not finished) reads the tables and calls no function; anything
-	// else goes to fencelock.open, which raises what applies. Every name is
-	// schema-qualified, operators included, so the session's search_path
-	// cannot change it. No key and no run are '' here, not NULL (keys and
-	// run keys are never empty): the plan is then the same for every
-	// transaction, and Postgres keeps one generic plan instead of planning
-	// the statement again each time. Store.openSQL appends the options'
-	// settings.
-	sqlOpen = "SELECT CASE WHEN (SELECT f.token OPERATOR(pg_catalog.=) $2 AND f.holder OPERATOR(pg_catalog.=) $3" +
-		" FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) $1)" +
-		" AND NOT EXISTS (SELECT FROM fencelock.applied a" +
-		" WHERE a.resource OPERATOR(pg_catalog.=) $1 AND a.key OPERATOR(pg_catalog.=) $4)" +
-		" AND NOT EXISTS (SELECT FROM fencelock.runs r" +
-		" WHERE r.resource OPERATOR(pg_catalog.=) $1 AND r.run_key OPERATOR(pg_catalog.=) $5 AND r.finished)" +
-		" THEN pg_catalog.set_config('fencelock.claim', $6, true)" +
-		" ELSE fencelock.open($1, $2, $3, CASE WHEN $4 OPERATOR(pg_catalog.=) '' THEN NULL ELSE $4 END," +
-		" CASE WHEN $5 OPERATOR(pg_catalog.=) '' THEN NULL ELSE $5 END)::pg_catalog.text END," +
-		" pg_catalog.current_setting('transaction_read_only')"
-	// sqlOpenPlain is sqlOpen for a write without a key or a run: the
-	// fence row only (each subquery of a statement costs its executor
-	// start-up, run or not).
-	sqlOpenPlain = "SELECT CASE WHEN (SELECT f.token OPERATOR(pg_catalog.=) $2 AND f.holder OPERATOR(pg_catalog.=) $3" +
-		" FROM fencelock.fence f WHERE f.resource OPERATOR(pg_catalog.=) $1)" +
-		" THEN pg_catalog.set_config('fencelock.claim', $6, true)" +
-		" ELSE fencelock.open($1, $2, $3, NULL, NULL)::pg_catalog.text END," +
-		" pg_catalog.current_setting('transaction_read_only')"
+	// sqlOpen checks the claim without locks (pgcore.OpenCheck: a plain
+	// statement, fencelock.open only when something is to refuse) and
+	// reports whether the transaction is read-only (the database's or
+	// role's default, a hot standby: fn must not run). Store.openSQL
+	// appends the options' settings; sqlOpenPlain is the same for a write
+	// without a key or a run.
+	sqlOpen      = "SELECT " + pgcore.OpenCheck + ", pg_catalog.current_setting('transaction_read_only')"
+	sqlOpenPlain = "SELECT " + pgcore.OpenCheckPlain + ", pg_catalog.current_setting('transaction_read_only')"
 	// sqlMarked is the condition the commit's statements carry: the
 	// claim open set is still there. If fn ended pgfence's transaction
 	// and began another one (a raw "COMMIT; BEGIN"), the setting reads ''
@@ -120,19 +95,7 @@ type claimValues struct {
 	plain   bool
 }
 
-// claimText is the value of fencelock.claim for a claim:
-// '<token>:<length of resource in characters>:<resource><holder>'.
-func claimText(resource, token, holder []byte) []byte {
-	b := make([]byte, 0, len(token)+len(resource)+len(holder)+8)
-	b = append(b, token...)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(utf8.RuneCount(resource)), 10)
-	b = append(b, ':')
-	b = append(b, resource...)
-	return append(b, holder...)
-}
-
-// orEmpty is v, or ” for NULL.
+// orEmpty is v, or the empty string for NULL.
 func orEmpty(v []byte) []byte {
 	if v == nil {
 		return []byte{}
@@ -163,7 +126,7 @@ func (s *Store) values(c guard.Claim, run pgcore.RunOp) claimValues {
 	}
 	return claimValues{
 		advance: [][]byte{resource, token, holder},
-		open:    s.openValues(resource, token, holder, orEmpty(key), orEmpty(openRun), claimText(resource, token, holder)),
+		open:    s.openValues(resource, token, holder, orEmpty(key), orEmpty(openRun), pgcore.ClaimText(nil, resource, token, holder)),
 		close:   [][]byte{resource, token, holder, key, runKey, cursor, finish},
 		plain:   key == nil && runKey == nil,
 	}

@@ -90,11 +90,13 @@ func (s *Store) beginOp(ctx context.Context, c guard.Claim, op pgcore.RunOp) (gu
 // after BEGIN and right before COMMIT.
 const (
 	advanceSQL = "SELECT fencelock.advance($1, $2, $3)"
-	// openSQL checks (open), reads whether the transaction may write
+	// openSQL checks (pgcore.OpenCheck, the same check as pgfence's: a
+	// plain statement, fencelock.open only when something is to refuse),
+	// reads whether the transaction may write
 	// (pgcore.ReadOnlySQL), and marks the transaction with the Store's
 	// nonce for the commit; the timeouts, when set, ride along (set_config
 	// local = SET LOCAL).
-	openSQL = "SELECT fencelock.open($1, $2, $3, $4, $5), " + pgcore.ReadOnlySQL + ", pg_catalog.set_config('sqlfence.tx', $6, true)"
+	openSQL = "SELECT " + pgcore.OpenCheck + ", " + pgcore.ReadOnlySQL + ", pg_catalog.set_config('sqlfence.tx', $7, true)"
 	// closeSQL claims, records the key and the run, but only in the
 	// transaction open marked: after a COMMIT or ROLLBACK sent by fn
 	// through the Tx, the statement would run in a transaction of its own
@@ -153,9 +155,10 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 	pgcore.Register(tx, &t.queue)
 	t.args = append(t.args, s.nonce+"-"+strconv.FormatUint(s.serial.Add(1), 10))
 	var readOnly string
-	dest := []any{new(sql.NullInt64), &readOnly, new(string), new(string), new(string)}
+	dest := []any{new(sql.NullString), &readOnly, new(string), new(string), new(string)}
+	claim := string(pgcore.ClaimText(nil, []byte(c.Resource), strconv.AppendInt(nil, c.Token, 10), []byte(c.Holder)))
 	err = tx.QueryRowContext(ctx, s.open, c.Resource, c.Token, c.Holder,
-		nullable(c.Key), nullable(run.OpenKey()), t.args[7]).Scan(dest[:s.openColumns]...)
+		c.Key, run.OpenKey(), claim, t.args[7]).Scan(dest[:s.openColumns]...)
 	if !stop() {
 		// ctx ended while the transaction began: database/sql rolls it back.
 		err = context.Cause(ctx)

@@ -127,7 +127,7 @@ func (c *Core) ExplainReadOnly(ctx context.Context) error {
 }
 
 // ReadOnlySQL is 'standby', 'default', 'transaction' when the database
-// does not accept writes, ” when it does: the transaction is read-only (a
+// does not accept writes, the empty string when it does: the transaction is read-only (a
 // hot standby, or the default), or the default says so while the driver
 // began READ WRITE explicitly (lib/pq always does): the database's setting
 // is honoured either way.
