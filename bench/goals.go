@@ -101,6 +101,7 @@ func evaluateGoals(r *results) {
 		r.addGoal("outbox", "guarded+1 effect / guarded ≤ 1.05, proxied 1ms each way", ratio("outbox", "guarded+effect/guarded proxied 1ms each way"), 1.05, true, "")
 		r.addGoal("outbox", "one relay to a no-op Sender ≥ 5,000 effects/s", med("outbox", "one relay", "effects_per_s"), 5000, false, "")
 		r.addGoal("outbox", "two relays ≥ 1.6 × one", ratio("outbox", "two relays/one relay"), 1.6, false, "")
+		r.addGoal("outbox", "commit → Sender p50 ≤ ½ River's InsertTx → worker (ratio)", ratio("outbox", "outbox in-process/River"), 0.5, true, "River at its defaults")
 		_ = s
 	}
 	if _, ok := r.Scenarios["sync"]; ok {

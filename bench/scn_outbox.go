@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/outbox"
@@ -44,6 +48,9 @@ func runOutbox(ctx context.Context, e *env, res *results) error {
 	}
 	if err := outboxLatency(ctx, e, db, s, lock); err != nil {
 		return err
+	}
+	if err := outboxRiver(ctx, e, db, s); err != nil {
+		return fmt.Errorf("river: %w", err)
 	}
 	return outboxThroughput(ctx, e, db, s)
 }
@@ -303,4 +310,96 @@ func drain(ctx context.Context, pool *pgxpool.Pool, n, relays int) (float64, err
 		return 0, fmt.Errorf("%d rows left in the outbox after every effect was sent", left)
 	}
 	return float64(n) / elapsed.Seconds(), nil
+}
+
+// riverArgs is the River job of the peer measurement: one effect.
+type riverArgs struct {
+	Key string `json:"key"`
+}
+
+func (riverArgs) Kind() string { return "bench_effect" }
+
+type riverWorker struct {
+	river.WorkerDefaults[riverArgs]
+	st *stamped
+}
+
+func (w *riverWorker) Work(ctx context.Context, job *river.Job[riverArgs]) error {
+	d := outbox.Delivery{Key: job.Args.Key}
+	return w.st.Send(ctx, d)
+}
+
+// outboxRiver is the peer: River's InsertTx in a transaction, then its
+// worker called, at River's defaults (pgx v5 driver: LISTEN/NOTIFY on, fetch
+// poll 1 s), one job at a time, from the start of COMMIT to Work.
+func outboxRiver(ctx context.Context, e *env, db *pgDB, s *scenario) error {
+	driver := riverpgxv5.New(db.direct)
+	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("river migrate: %w", err)
+	}
+	st := &stamped{at: map[string]time.Time{}, got: make(chan string, 16)}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &riverWorker{st: st})
+	client, err := river.NewClient(driver, &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}},
+		Workers: workers,
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = client.Stop(context.WithoutCancel(ctx)) }()
+	var repMed, pooled []float64
+	seq := 0
+	for rep := 0; rep < e.cfg.Reps; rep++ {
+		var samples []float64
+		for i := 0; i < e.cfg.OutboxPollN; i++ {
+			seq++
+			key := "river-" + strconv.Itoa(seq)
+			tx, err := db.direct.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := client.InsertTx(ctx, tx, riverArgs{Key: key}, nil); err != nil {
+				_ = tx.Rollback(ctx)
+				return err
+			}
+			start := time.Now()
+			if err := tx.Commit(ctx); err != nil {
+				return err
+			}
+			select {
+			case k := <-st.got:
+				if k != key {
+					return fmt.Errorf("river: got %s, want %s", k, key)
+				}
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("river: job %s not worked within 30s", key)
+			}
+			st.mu.Lock()
+			samples = append(samples, us(st.at[key].Sub(start)))
+			st.mu.Unlock()
+		}
+		repMed = append(repMed, median(samples))
+		pooled = append(pooled, samples...)
+	}
+	s.set("River InsertTx → worker", "latency_us", newFigure("µs", repMed, pooled))
+	s.Ratios["outbox in-process/River"] = med(s, "commit → Sender, in-process wake-up") / median(repMed)
+	s.Notes = append(s.Notes, "River v0.51.2 at its defaults (riverpgxv5: LISTEN/NOTIFY, fetch cooldown 100 ms, fetch poll 1 s; MaxWorkers 100), one job at a time, from the start of COMMIT to Work")
+	return nil
+}
+
+// med is the median of a scenario's latency figure, NaN if missing.
+func med(s *scenario, lib string) float64 {
+	if f := s.get(lib, "latency_us"); f != nil {
+		return f.Median
+	}
+	return math.NaN()
 }
