@@ -4,8 +4,8 @@
 // so that the library's go.mod carries no OpenTelemetry dependency.
 //
 // One [Observer] serves both sides: pass it to fence.WithObserver (lock
-// events) and to pgfence.WithObserver (every guard.Exec and run step through
-// that store) or guard.WithObserver (one call):
+// events) and to pgfence.WithObserver (every guard.Exec, Advance and run
+// step through that store) or guard.WithObserver (one call):
 //
 //	obs, err := fencelockotel.New() // the global MeterProvider and TracerProvider
 //	client, err := fence.New(rdb, fence.WithObserver(obs))
@@ -26,13 +26,6 @@
 // from the event's start and duration, so they do not parent the spans
 // made inside the call (pgx's, say).
 //
-// A span's status is Error when the call failed or its outcome is
-// unknown, and when the fence refused something that means trouble: a
-// stale token, a lost lease, a read-only database. Outcomes that are the
-// fence doing what it was asked leave the status unset, with the
-// attributes saying what happened: a write skipped because its key was
-// already applied (fencelock.outcome=rejected,
-// fencelock.reason=already_applied) or its run finished (run_finished), an
-// acquisition that found the lock held (not_acquired), a release of a lock
-// that was already lost (not_held; the loss has its own metric).
+// A span's status is Error when the call failed, its outcome is unknown,
+// or the refusal means trouble; README.md lists which outcomes those are.
 package fencelockotel

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/guard"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -154,10 +157,23 @@ func acquireOutcome(e fence.AcquireEvent) string {
 		return "reacquired"
 	case e.Err == nil:
 		return "acquired"
-	case errors.Is(e.Err, fence.ErrNotAcquired):
+	case errors.Is(e.Err, fence.ErrNotAcquired) && !outage(e.Err):
 		return "not_acquired"
 	}
 	return "error"
+}
+
+// outage reports whether err, an acquisition that ended without the lock,
+// carries the Redis failure its wait was riding out (fence joins the last
+// one): a refused or broken connection, or a Redis error reply such as
+// CLUSTERDOWN or LOADING. Such a wait ended because Redis could not be
+// used, not because another holder had the lock.
+func outage(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	var re redis.Error
+	return errors.As(err, &op) || errors.As(err, &dns) || errors.As(err, &re) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // OnAcquire implements fence.AcquireObserver: a count by outcome, the wait

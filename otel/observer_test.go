@@ -2,6 +2,7 @@ package fencelockotel_test
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -452,4 +453,70 @@ func TestAdvanceSpans(t *testing.T) {
 	assert.EqualValues(t, 1, count(t, rm, "fencelock.guard.advances", outcome("committed")))
 	assert.EqualValues(t, 1, count(t, rm, "fencelock.guard.advances", outcome("rejected"), reason("stale_token")))
 	assert.Empty(t, e.spansNamed("guard.Exec"), "Advance is not an Exec")
+}
+
+// A release that Redis does not answer ends its span with outcome error
+// and an Error status carrying the release's error.
+func TestReleaseErrorSpan(t *testing.T) {
+	e := newEnv(t)
+	srv := testenv.NewRedisServer(t) // its own server: this test stops it
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	locks, err := fence.New(rdb, fence.WithObserver(e.obs))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locks.Close(context.Background()) })
+	l, err := locks.Acquire(e.ctx, "rel-stalled")
+	require.NoError(t, err)
+
+	require.NoError(t, srv.Pause()) // SIGSTOP: the release's round trip gets no answer
+	relErr := l.Release(e.ctx)
+	require.NoError(t, srv.Resume())
+	require.Error(t, relErr)
+	require.NotErrorIs(t, relErr, fence.ErrNotHeld, "Redis did not answer; nothing says the lock was lost")
+
+	spans := e.spansNamed("fence.Release")
+	require.Len(t, spans, 1)
+	assert.True(t, matches(spanAttrs(spans[0]), []attribute.KeyValue{fencelockotel.KeyLockName.String("rel-stalled"),
+		fencelockotel.KeyToken.Int64(l.Token()), outcome("error")}), "%v", spans[0].Attributes())
+	assert.Equal(t, codes.Error, spans[0].Status().Code)
+	assert.Equal(t, relErr.Error(), spans[0].Status().Description)
+	if rm := e.collect(t); has(rm, "fencelock.lock.hold.duration") {
+		n, _ := hist(t, rm, "fencelock.lock.hold.duration", fencelockotel.KeyEnd.String("released"))
+		assert.Zero(t, n, "a release that failed ended no hold")
+	}
+}
+
+// An acquisition whose wait ended while Redis was down is an outage, not
+// contention: outcome error, an Error status, and the dial error in it.
+func TestAcquireOutageIsAnError(t *testing.T) {
+	e := newEnv(t)
+	srv := testenv.NewRedisServer(t) // its own server: this test kills it
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	locks, err := fence.New(rdb, fence.WithObserver(e.obs))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = locks.Close(context.Background()) })
+	held, err := locks.Acquire(e.ctx, "contended")
+	require.NoError(t, err)
+
+	// Contention first: the lock is held, the wait ends.
+	_, err = locks.Acquire(e.ctx, "contended", fence.WithWaitLimit(200*time.Millisecond))
+	require.ErrorIs(t, err, fence.ErrNotAcquired)
+	require.ErrorIs(t, held.Release(e.ctx), nil)
+
+	require.NoError(t, srv.Kill()) // connections refused from now on
+	_, err = locks.Acquire(e.ctx, "down", fence.WithWaitLimit(time.Second))
+	require.ErrorIs(t, err, fence.ErrNotAcquired)
+	require.ErrorIs(t, err, syscall.ECONNREFUSED, "the wait's error carries the outage")
+
+	spans := e.spansNamed("fence.Acquire")
+	require.Len(t, spans, 3)
+	assert.True(t, matches(spanAttrs(spans[1]), []attribute.KeyValue{outcome("not_acquired")}), "%v", spans[1].Attributes())
+	assert.Equal(t, codes.Unset, spans[1].Status().Code, "a held lock is contention, not an error")
+	assert.True(t, matches(spanAttrs(spans[2]), []attribute.KeyValue{fencelockotel.KeyLockName.String("down"), outcome("error")}), "%v", spans[2].Attributes())
+	assert.Equal(t, codes.Error, spans[2].Status().Code)
+	assert.Contains(t, spans[2].Status().Description, "connection refused")
+	rm := e.collect(t)
+	assert.EqualValues(t, 1, count(t, rm, "fencelock.lock.acquisitions", outcome("not_acquired")))
+	assert.EqualValues(t, 1, count(t, rm, "fencelock.lock.acquisitions", outcome("error")))
 }
