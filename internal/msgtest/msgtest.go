@@ -56,7 +56,8 @@ type Target[Tx any] struct {
 
 // Walk walks the common failure paths as a user meets them, with real
 // fence locks from locks: a lease lost in Exec (before it, while fn runs,
-// under the lock's own context), in Advance and in a run's step, a stale
+// under the lock's own context), in Advance, in a run's step and in
+// fence's Do, a stale
 // token, an applied key, bad input; and checks each message with Check.
 func Walk[Tx any](t *testing.T, ctx context.Context, locks *fence.Client, tg Target[Tx]) {
 	t.Helper()
@@ -82,11 +83,17 @@ func Walk[Tx any](t *testing.T, ctx context.Context, locks *fence.Client, tg Tar
 		Check(t, "run step of a lost lock", tg.Step(execCtx, l, "run", "1"), guard.ErrLeaseLost, lost)
 	}
 
+	err := locks.Do(ctx, "msg-do", func(ctx context.Context, l *fence.Lock) error {
+		_, err := guard.Exec(l.Context(), tg.Store, l, waitFn)
+		return err
+	}, fence.WithFixedLease(fence.MinLease))
+	Check(t, "lost in fence's Do", err, guard.ErrLeaseLost, lost)
+
 	a, b := lease{"msg-stale", 5, "a"}, lease{"msg-stale", 4, "b"}
 	if _, err := guard.Exec(ctx, tg.Store, a, tg.Write); err != nil {
 		t.Fatal(err)
 	}
-	_, err := guard.Exec(ctx, tg.Store, b, tg.Write)
+	_, err = guard.Exec(ctx, tg.Store, b, tg.Write)
 	Check(t, "stale token", err, guard.ErrStaleToken, "stale fencing token")
 	Check(t, "Advance of a stale token", tg.Advance(ctx, b), guard.ErrStaleToken, "stale fencing token")
 	if _, err := guard.Exec(ctx, tg.Store, a, tg.Write, guard.WithKey("k")); err != nil {
