@@ -32,6 +32,9 @@ type Store struct {
 	open string
 	// openColumns is the number of columns openQuery returns.
 	openColumns int
+	// literal: send sqlfence's statements with literal values (lib/pq,
+	// see literal.go).
+	literal bool
 	// nonce marks the transactions this Store opens (see txn.Commit).
 	nonce  string
 	serial atomic.Uint64
@@ -53,6 +56,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.core.Driver = driver{db}
+	s.literal = literalDriver(db)
 	s.open, s.openColumns = s.openQuery(), 3
 	if s.core.LockTimeout > 0 {
 		s.openColumns++
@@ -102,7 +106,7 @@ const (
 	// through the Tx, the statement would run in a transaction of its own
 	// (and commit a claim nobody checked); there the mark reads '' and
 	// close does not run.
-	closeSQL = "SELECT fencelock.close($1, $2, $3, $4, $5, $6, $7) WHERE pg_catalog.current_setting('sqlfence.tx', true) = $8"
+	closeSQL = "SELECT fencelock.close($1, $2, $3, $4, $5, $6, $7) WHERE pg_catalog.current_setting('sqlfence.tx', true) OPERATOR(pg_catalog.=) $8"
 )
 
 // openQuery is openSQL with the Store's timeouts (built once, by New).
@@ -130,7 +134,7 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 		return nil, err
 	}
 	if !s.core.Claims.Has(c.Resource, c.Token, c.Holder) {
-		if _, err := s.db.ExecContext(ctx, advanceSQL, c.Resource, c.Token, c.Holder); err != nil {
+		if _, err := s.exec(ctx, s.db, advanceSQL, c.Resource, c.Token, c.Holder); err != nil {
 			return nil, mapError(err)
 		}
 		s.core.Claims.Add(c.Resource, c.Token, c.Holder)
@@ -151,13 +155,13 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 		cancel()
 		return nil, s.beginError(ctx, err)
 	}
-	t := &txn{tx: tx, cancel: cancel, args: closeArgs(c, run)}
+	t := &txn{s: s, tx: tx, cancel: cancel, args: closeArgs(c, run)}
 	pgcore.Register(tx, &t.queue)
 	t.args = append(t.args, s.nonce+"-"+strconv.FormatUint(s.serial.Add(1), 10))
 	var readOnly string
 	dest := []any{new(sql.NullString), &readOnly, new(string), new(string), new(string)}
 	claim := string(pgcore.ClaimText(nil, []byte(c.Resource), strconv.AppendInt(nil, c.Token, 10), []byte(c.Holder)))
-	err = tx.QueryRowContext(ctx, s.open, c.Resource, c.Token, c.Holder,
+	err = s.queryRow(ctx, tx, s.open, c.Resource, c.Token, c.Holder,
 		c.Key, run.OpenKey(), claim, t.args[7]).Scan(dest[:s.openColumns]...)
 	if !stop() {
 		// ctx ended while the transaction began: database/sql rolls it back.
@@ -196,4 +200,26 @@ func nullable(s string) any {
 		return nil
 	}
 	return s
+}
+
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// exec and queryRow send one of sqlfence's own statements, with its
+// values bound or, for lib/pq, written in (literal.go).
+func (s *Store) exec(ctx context.Context, q querier, query string, args ...any) (sql.Result, error) {
+	if s.literal {
+		return q.ExecContext(ctx, inline(query, args))
+	}
+	return q.ExecContext(ctx, query, args...)
+}
+
+func (s *Store) queryRow(ctx context.Context, q querier, query string, args ...any) *sql.Row {
+	if s.literal {
+		return q.QueryRowContext(ctx, inline(query, args))
+	}
+	return q.QueryRowContext(ctx, query, args...)
 }

@@ -12,6 +12,7 @@ import (
 
 // txn is an open, checked transaction.
 type txn struct {
+	s  *Store
 	tx *sql.Tx
 	// cancel ends the transaction's own context (see Store.begin).
 	cancel context.CancelFunc
@@ -65,7 +66,7 @@ func (t *txn) commit(ctx context.Context) error {
 	queued := t.end()
 	defer t.cancel()
 	var prev sql.NullInt64
-	err := t.tx.QueryRowContext(ctx, closeSQL, t.args...).Scan(&prev)
+	err := t.s.queryRow(ctx, t.tx, closeSQL, t.args...).Scan(&prev)
 	switch {
 	case err == nil:
 	case errors.Is(err, sql.ErrTxDone):

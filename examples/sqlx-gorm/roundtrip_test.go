@@ -80,10 +80,11 @@ func (r *sentRecorder) roundTrips(t *testing.T, from int) (int, int) {
 // The round trips of a guarded one-row write through sqlfence over lib/pq,
 // counted on the wire against the same write in a plain transaction.
 // lib/pq sends a statement with arguments in two round trips (Parse and
-// Describe, then Bind and Execute) unless the DSN says
-// binary_parameters=yes, and database/sql sends BEGIN and COMMIT on its
-// own: the check after BEGIN and the claim before COMMIT are two round
-// trips each, four more than plain.
+// Describe, then Bind and Execute), so sqlfence writes its own statements'
+// values in as literals (one round trip each); database/sql sends BEGIN and
+// COMMIT on its own, so the check after BEGIN and the claim before COMMIT
+// are a round trip each: two more than plain. Values with quotes and
+// backslashes arrive as they are.
 func TestRoundTripsLibPQ(t *testing.T) {
 	url := newDB(t)
 	ctx := testCtx(t)
@@ -128,7 +129,17 @@ func TestRoundTripsLibPQ(t *testing.T) {
 	p := count(plain)
 	g := count(guarded)
 	assert.Equal(t, 4, p, "plain: BEGIN, INSERT (two), COMMIT")
-	assert.Equal(t, p+4, g, "guarded: BEGIN, the check (two), INSERT (two), the claim (two), COMMIT")
+	assert.Equal(t, p+2, g, "guarded: BEGIN, the check, INSERT (two), the claim, COMMIT")
+
+	odd := oddLease{`it's 'a' "name" \ é`}
+	_, err = guard.Exec(ctx, s, odd, write, guard.WithKey(`k'\ey`))
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, s, odd, write, guard.WithKey(`k'\ey`))
+	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
+	var holder, key string
+	require.NoError(t, admin.QueryRowContext(ctx, "SELECT f.holder, a.key FROM fencelock.fence f JOIN fencelock.applied a USING (resource) WHERE f.resource = $1", odd.name).Scan(&holder, &key))
+	assert.Equal(t, odd.name, holder)
+	assert.Equal(t, `k'\ey`, key)
 }
 
 type rtLease struct{}
@@ -136,3 +147,9 @@ type rtLease struct{}
 func (rtLease) Name() string   { return "rt" }
 func (rtLease) Token() int64   { return 1 }
 func (rtLease) Holder() string { return "a" }
+
+type oddLease struct{ name string }
+
+func (l oddLease) Name() string   { return l.name }
+func (oddLease) Token() int64     { return 7 }
+func (l oddLease) Holder() string { return l.name }
