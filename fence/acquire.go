@@ -35,7 +35,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 	}
 	start := time.Now()
 	holder := holderFor(cfg)
-	l, rep, err := c.attempt(ctx, name, keysFor(cfg.prefix, name), cfg, holder)
+	l, rep, err := c.attempt(ctx, name, keysFor(cfg.prefix, name), cfg, holder, modeTry)
 	switch {
 	case err != nil:
 		err = c.attemptErr(ctx, name, err, nil)
@@ -72,26 +72,40 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 	// the wait, not at ctx's later deadline.
 	wctx, cancel := waitContext(ctx, cfg, start)
 	defer cancel()
-	// Uncontended path: one round trip, no subscription. Skipped when
-	// waiters of this client already queue for the name: the lock goes
-	// to them first (see waiter).
-	var (
-		rep     acquireReply
-		lastErr error
-	)
-	if !c.waiter.queued(k.channel) {
-		var l *Lock
-		l, rep, err = c.attempt(wctx, name, k, cfg, holder)
-		// A transient error (failover, restart) is waited through, like
-		// a held lock.
-		if l != nil || (err != nil && (!transient(err) || ctxEnded(wctx))) {
-			err = c.attemptErr(wctx, name, err, nil)
-			c.observeAcquire(ctx, name, holder, start, 0, l, rep, err)
-			return l, err
-		}
-		lastErr = err
+	// Uncontended path: one round trip, no subscription; a held lock
+	// queues the caller in the same round trip. When this client's
+	// subscription of the name is warm (other waiters use it, or it
+	// lingers), the waiter registers first, so that a handover published
+	// right after the attempt reaches it.
+	var w *waiter
+	warm := c.notify.warm(k.channel)
+	if warm {
+		w = c.newWaiter(name, k, cfg, holder)
+		warm = c.notify.register(w)
 	}
-	return c.wait(ctx, wctx, name, k, cfg, holder, start, rep, lastErr)
+	sent := time.Now()
+	l, rep, err := c.attempt(wctx, name, k, cfg, holder, modeWait)
+	// A transient error (failover, restart) is waited through, like a
+	// held lock.
+	if l != nil || (err != nil && (!transient(err) || ctxEnded(wctx))) {
+		if w != nil {
+			c.notify.unregister(w)
+		}
+		if err != nil && ctxEnded(wctx) && !errors.As(err, new(unsentError)) {
+			// Cut short: the script may have run and queued the caller,
+			// or given it the lock. Leave (passing on such a lock).
+			c.newWaiter(name, k, cfg, holder).leave()
+		}
+		err = c.attemptErr(wctx, name, err, nil)
+		c.observeAcquire(ctx, name, holder, start, 0, l, rep, err)
+		return l, err
+	}
+	if w == nil {
+		w = c.newWaiter(name, k, cfg, holder)
+		c.notify.register(w)
+	}
+	next := w.answered(rep, sent, err)
+	return w.run(ctx, wctx, start, warm, next)
 }
 
 // waitContext is the context that bounds an Acquire: ctx, ended at the
@@ -223,13 +237,19 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return oneline.Join(ferr, lost)
 }
 
-// attempt runs the acquire script once. It returns the lock, or the reply
-// saying the lock is held.
-func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, holder string) (*Lock, acquireReply, error) {
+// acquireArgs are acquire.lua's arguments (see there and queue.lua).
+func (c *Client) acquireArgs(k keys, cfg config, holder string, mode any) []any {
+	return []any{seqIdleExpiry, k.channel, c.spublishArg(), holder, cfg.leaseArg, mode, cfg.livenessArg, cfg.grantArg}
+}
+
+// attempt runs the acquire script once, in mode (modeTry or modeWait).
+// It returns the lock, or the reply saying the lock is held (and, in
+// modeWait, that the caller is queued).
+func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, holder string, mode any) (*Lock, acquireReply, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireReply{}, unsentError{err} // a done ctx sends nothing
 	}
-	call := scriptCall{keys: []string{k.lock, k.seq}, args: []any{holder, cfg.leaseArg, seqIdleExpiry}}
+	call := scriptCall{keys: k.scriptKeys(), args: c.acquireArgs(k, cfg, holder, mode)}
 	start := time.Now()
 	var (
 		rep  acquireReply
@@ -252,10 +272,30 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 	if !rep.acquired {
 		return nil, rep, nil
 	}
-	// The holder and the value share the reply's string (no copies).
-	l := &Lock{c: c, name: name, keys: k, holder: rep.value[len(rep.value)-len(holder):], token: rep.token,
-		value: rep.value, valueArg: rep.value, keyArgs: call.keys[:1:1], leaseArg: cfg.leaseArg, fixed: cfg.fixed,
-		acquiredAt: start, lease: cfg.lease, renewAt: start.Add(cfg.lease / 3), idx: -1}
+	if cfg.replicas > 0 && acks < int64(cfg.replicas) {
+		c.releaseValue(ctx, name, k, rep.value)
+		return nil, acquireReply{}, &ReplicaSyncError{Name: name, Want: cfg.replicas, Got: int(acks), Timeout: cfg.replicaTimeout}
+	}
+	l, err := c.adopt(ctx, name, k, cfg, rep.value, start, cfg.lease, rep.reacquired)
+	return l, rep, err
+}
+
+// adopt makes the Lock of an acquisition or a handover whose value the
+// server holds for us: its lease px (a handover's may be shorter than
+// cfg.lease until the first renewal) counts from start, a local time no
+// later than when the server set it.
+func (c *Client) adopt(ctx context.Context, name string, k keys, cfg config, value string, start time.Time,
+	px time.Duration, reacquired bool) (*Lock, error) {
+	tok, err := tokenOf(value)
+	if err != nil {
+		return nil, err
+	}
+	// The holder and the value share one string (no copies).
+	l := &Lock{c: c, name: name, keys: k, holder: holderOf(value), token: tok,
+		value: value, valueArg: value, leaseArg: cfg.leaseArg, fixed: cfg.fixed,
+		acquiredAt: start, lease: cfg.lease, renewAt: start.Add(px / 3), idx: -1}
+	l.scriptKeys = k.scriptKeys()
+	l.keyArgs = l.scriptKeys[:1:1]
 	// The lock's context carries ctx's values (trace ids), not its
 	// cancellation; no goroutine: the parent never ends.
 	l.vctx = ctx
@@ -263,29 +303,24 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 		l.vctx = context.WithoutCancel(ctx)
 	}
 	l.ctx, l.cancel = context.WithCancelCause(l.vctx)
-	l.setDeadlineFrom(start, cfg.lease)
+	l.setDeadlineFrom(start, px)
 	if cfg.maxHold > 0 {
 		l.maxHoldAt = start.Add(cfg.maxHold)
-	}
-	if cfg.replicas > 0 && acks < int64(cfg.replicas) {
-		_ = c.release(ctx, l)
-		l.cancel(ErrReleased)
-		return nil, acquireReply{}, &ReplicaSyncError{Name: name, Want: cfg.replicas, Got: int(acks), Timeout: cfg.replicaTimeout}
 	}
 	c.mu.Lock()
 	if c.isClosed() {
 		c.mu.Unlock()
 		_ = c.release(ctx, l)
 		l.cancel(ErrClosed)
-		return nil, acquireReply{}, ErrClosed
+		return nil, ErrClosed
 	}
 	old := c.locks[k.lock]
-	if old != nil && rep.reacquired && old.value == rep.value && c.wd.refreshed(old, start, cfg.lease) {
+	if old != nil && reacquired && old.value == value && c.wd.refreshed(old, start, cfg.lease) {
 		// This client's own lock, taken again by its holder id: the same
 		// Lock, its lease restarted (not re-entrancy: one Release ends it).
 		c.mu.Unlock()
 		l.cancel(ErrReleased)
-		return old, rep, nil
+		return old, nil
 	}
 	c.locks[k.lock] = l
 	c.wd.add(l)
@@ -295,7 +330,43 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 		// no longer held, whatever its deadline says.
 		c.wd.lose(old, &LostError{Name: name, Token: old.token, Reason: ReasonTaken, TakenBy: l.holder, TakenToken: l.token}, time.Now())
 	}
-	return l, rep, nil
+	return l, nil
+}
+
+// confirmReplicas renews a handed-over lock (value) and runs WAIT in one
+// pipeline on the key's master, and returns how many replicas have the
+// renewal, hence the handover before it.
+func (c *Client) confirmReplicas(ctx context.Context, key, value string, cfg config) (int64, error) {
+	var node scripter = c.rdb
+	if c.router != nil {
+		n, err := c.router.MasterForKey(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		node = n
+	}
+	for try := 0; ; try++ {
+		pipe := node.Pipeline()
+		var renew *redis.Cmd
+		if try == 0 {
+			renew = renewScript.EvalSha(ctx, pipe, []string{key}, value, cfg.leaseArg)
+		} else { // EVAL loads the script without SCRIPT LOAD (see execScripts)
+			renew = renewScript.Eval(ctx, pipe, []string{key}, value, cfg.leaseArg)
+		}
+		wait := pipe.Do(ctx, "wait", cfg.replicas, cfg.replicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		if isNoScript(renew.Err()) && try == 0 {
+			continue
+		}
+		res, _, err := parseRenew(renew)
+		if err != nil {
+			return 0, err
+		}
+		if res != renewOK {
+			return 0, fmt.Errorf("the handed-over lock was gone before it was confirmed")
+		}
+		return wait.Int64()
+	}
 }
 
 // acquireAndWait runs the acquire script and WAIT in one pipeline on one

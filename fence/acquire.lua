@@ -1,56 +1,66 @@
--- Acquire a lock and hand out its fencing token, in one round trip.
--- KEYS[1] lock, KEYS[2] token counter
--- ARGV[1] holder, ARGV[2] lease (ms), ARGV[3] idle expiry of the counter (ms)
--- Returns {1, '<token>:<holder>'} (the lock's value) when acquired,
--- {2, value} when this holder id holds it already (the lease restarts, the
--- token stays: a retry after a lost reply gets its lock back), and
--- {0, pttl} when another holder has it (pttl -1: the key has no expiry).
+-- Acquire a lock, or wait for it in its queue, in one round trip (after
+-- queue.lua, which defines the keys and the shared functions).
+-- ARGV[4] holder, ARGV[5] lease (ms), ARGV[6] mode: 't' try (never
+-- queue), 'w' wait (join the queue when not acquired), 'b' heartbeat of a
+-- waiter (stay in the queue, never join it); ARGV[7] liveness (ms): how
+-- far a waiter's deadline moves; ARGV[8] its grant lease (ms).
+--
+-- Returns
+--   {1, value, now}: acquired; value is the lock's '<token>:<holder>';
+--   {2, value, now}: this holder id has the lock already — a retry after
+--     a lost reply, or a waiter's heartbeat finding its handover; the
+--     lease restarts, the token stays;
+--   {0, pttl, now, queued}: not acquired; pttl is the holder's remaining
+--     lease (-1: no expiry, 0: the queue must be cleared first, try
+--     again), queued 1 when the caller is in the queue.
+-- now is the server time in µs.
+--
+-- No barging: a free lock goes to the first live waiter, so a caller
+-- ahead of whom a live waiter queues does not get it; the script hands it
+-- to that waiter instead (the last holder's lease ran out, or a version
+-- without handover released it) and tells it.
 --
 -- The lock is one string '<token>:<holder>' with a PX expiry: one write to
--- create it, one read to check an owner (release, renew).
---
--- Invariant: the token strictly increases per name.
---   token = max(counter + 1, server clock in µs), and afterwards
---   counter = max(counter, token): the counter is at least every token
---   handed out, so the next token is greater whatever the clock does
---   (backwards after an NTP step or a failover to a server with a slower
---   clock, or two acquisitions in one µs), as long as the counter is kept.
---   When the counter is lost (FLUSHALL, restart without persistence,
---   failover to a replica that missed writes, eviction, deleted by hand,
---   30 days idle), the clock floor alone still gives a token above every
---   earlier one, because every earlier token was at most the clock of its
---   own acquisition, as long as the server clock has not run backwards
---   since; when both happen, RaiseCounter (fencectl repair) restores it.
---
--- Cost: the counter is written on every acquisition (a counter written
--- only when it is ahead of the clock would lose the first guarantee: after
--- the clock runs backwards, nothing would remember the last token handed
--- out from the clock). SET ... GET writes the clock and reads the old
--- counter in one call; only a counter ahead of the clock (raised by
--- RaiseCounter, or a clock that ran backwards) costs a second SET. A held
--- lock costs a GET and a PTTL and writes nothing.
+-- create it, one read to check an owner (release, renew). A held lock
+-- costs a GET, a TIME and a PTTL, and writes only the caller's place in
+-- the queue.
+local me, mode = ARGV[4], ARGV[6]
+local function wait_here()
+  if mode ~= 't' and keep(me, ARGV[8], tonumber(ARGV[7]), mode == 'w') then
+    return 1
+  end
+  return 0
+end
+
 local cur = redis.call('GET', KEYS[1])
 if cur then
-  -- The token is digits only: the holder is everything after the first ':'.
-  local i = string.find(cur, ':', 1, true)
-  if i and string.sub(cur, i + 1) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {2, cur}
+  if holder_of(cur) == me then
+    redis.call('PEXPIRE', KEYS[1], ARGV[5])
+    -- Holding and queued at once (one holder id on two calls): the
+    -- place would give it the lock a second time.
+    if redis.call('HDEL', KEYS[4], me) == 1 then
+      redis.call('LREM', KEYS[3], 1, me)
+    end
+    return {2, cur, fmt(now())}
   end
-  return {0, redis.call('PTTL', KEYS[1])}
+  local q = wait_here()
+  return {0, redis.call('PTTL', KEYS[1]), fmt(now()), q}
 end
-local t = redis.call('TIME')
--- Lua numbers are doubles; microseconds since 1970 (~1.8e15) and a counter
--- below 2^53 are exact, and string.format('%.0f') never switches to the
--- exponent notation tostring would use.
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local s = string.format('%.0f', now)
-local old = redis.call('SET', KEYS[2], s, 'PX', ARGV[3], 'GET')
-if old and tonumber(old) >= now then
-  -- The counter is ahead of the clock: one above it, and keep it.
-  s = string.format('%.0f', tonumber(old) + 1)
-  redis.call('SET', KEYS[2], s, 'PX', ARGV[3])
+
+local id, lease, more = live_head()
+if id == me or (id == nil and not more) then
+  if id == me then
+    redis.call('LPOP', KEYS[3])
+    redis.call('HDEL', KEYS[4], me)
+  end
+  local v = next_token() .. ':' .. me
+  redis.call('SET', KEYS[1], v, 'PX', ARGV[5])
+  return {1, v, fmt(now())}
 end
-local v = s .. ':' .. ARGV[1]
-redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
-return {1, v}
+local pttl = 0
+if id then
+  grant(id, lease)
+  pttl = tonumber(lease)
+end
+local q = wait_here()
+return {0, pttl, fmt(now()), q}

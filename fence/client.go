@@ -53,8 +53,9 @@ type scripter interface {
 }
 
 // Client acquires locks on one Redis deployment. It owns one watchdog
-// goroutine pair and at most one pub/sub connection (per cluster node);
-// [Client.Close] stops them. It is safe for concurrent use.
+// goroutine pair and at most one pub/sub connection (per cluster node,
+// each with a reader and a writer goroutine); [Client.Close] stops them.
+// It is safe for concurrent use.
 type Client struct {
 	rdb     RedisClient
 	router  keyRouter // nil unless a cluster
@@ -62,9 +63,14 @@ type Client struct {
 	obs     *observers
 	cluster bool // sharded pub/sub, WAIT on the key's master
 	wd      *watchdog
-	waiter  *waiter
+	notify  *notifier
 	closing chan struct{}
 	closed  atomic.Bool
+	// bgCtx bounds the client's background calls (a waiter's leave); bg
+	// counts them, and Close waits for them.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
 
 	mu sync.Mutex
 	// locks holds the locks acquired and neither released nor lost, by
@@ -92,7 +98,8 @@ func New(rdb RedisClient, opts ...ClientOption) (*Client, error) {
 	router, _ := rdb.(keyRouter)
 	c := &Client{rdb: rdb, router: router, cfg: cfg, obs: newObservers(cfg), cluster: router != nil,
 		closing: make(chan struct{}), locks: map[string]*Lock{}}
-	c.waiter = newWaiter(c)
+	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
+	c.notify = newNotifier(c)
 	c.wd = newWatchdog(c)
 	c.startServerChecks()
 	return c, nil
@@ -165,6 +172,7 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	c.closed.Store(true)
 	close(c.closing)
+	waiters := c.notify.allWaiters()
 	now := time.Now().UnixNano()
 	locks := make([]*Lock, 0, len(c.locks))
 	for _, l := range c.locks {
@@ -180,40 +188,92 @@ func (c *Client) Close(ctx context.Context) error {
 	c.locks = nil
 	c.mu.Unlock()
 
-	var errs []error
-	if len(locks) > 0 {
-		calls := make([]scriptCall, len(locks))
-		for i, l := range locks {
-			calls[i] = l.releaseCall()
-		}
-		// Detached from ctx's cancellation like Release, bounded by its
-		// deadline or closeTimeout, whichever comes first.
-		dl := time.Now().Add(closeTimeout)
-		if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-			dl = d
-		}
-		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
-		start := time.Now()
-		cmds := execScripts(rctx, c.rdb, releaseScript, calls)
-		took := time.Since(start)
-		cancel()
-		for i, cmd := range cmds {
-			n, err := cmd.Int64()
-			switch {
-			case err != nil:
-				err = fmt.Errorf("fence: close: release %q: %w", locks[i].name, err)
-				errs = append(errs, err)
-			default:
-				err = c.releaseOutcome(locks[i], n)
-			}
-			c.obs.onRelease(ctx, ReleaseEvent{Name: locks[i].name, Token: locks[i].token,
-				Held: time.Since(locks[i].acquiredAt), Duration: took, Err: err})
-		}
+	// Detached from ctx's cancellation like Release, bounded by its
+	// deadline or closeTimeout, whichever comes first.
+	dl := time.Now().Add(closeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
 	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
+	defer cancel()
+	errs := c.closeLocks(ctx, rctx, locks)
+	c.leaveAll(rctx, waiters)
 	c.wd.close()
-	c.waiter.close()
+	// The waiters' own leaves, until the deadline.
+	done := make(chan struct{})
+	go func() { c.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-rctx.Done():
+		c.bgCancel()
+		<-done
+	}
+	c.bgCancel()
+	c.notify.close()
 	c.waitServerChecks()
 	return oneline.Join(errs...)
+}
+
+// closeLocks releases locks (Close) in one pipeline bounded by rctx, and
+// returns the errors other than "not held".
+func (c *Client) closeLocks(ctx, rctx context.Context, locks []*Lock) []error {
+	if len(locks) == 0 {
+		return nil
+	}
+	calls := make([]scriptCall, len(locks))
+	for i, l := range locks {
+		calls[i] = l.releaseCall()
+	}
+	var errs []error
+	start := time.Now()
+	cmds := execScripts(rctx, c.rdb, releaseScript, calls)
+	took := time.Since(start)
+	for i, cmd := range cmds {
+		n, value, err := parseRelease(cmd)
+		switch {
+		case err != nil:
+			err = fmt.Errorf("fence: close: release %q: %w", locks[i].name, err)
+			errs = append(errs, err)
+		default:
+			err = c.releaseOutcome(locks[i], n, value, start)
+		}
+		c.obs.onRelease(ctx, ReleaseEvent{Name: locks[i].name, Token: locks[i].token,
+			Held: time.Since(locks[i].acquiredAt), Duration: took, Err: err})
+	}
+	return errs
+}
+
+// leaveAll takes the client's waiters out of their queues in Redis
+// (Close), in one pipeline bounded by rctx; their Acquire calls return
+// ErrClosed. A handover that raced the close is passed on.
+func (c *Client) leaveAll(rctx context.Context, waiters []*waiter) {
+	calls := make([]scriptCall, 0, len(waiters))
+	for _, w := range waiters {
+		w.mu.Lock()
+		w.state = left
+		w.mu.Unlock()
+		w.unschedule()
+		calls = append(calls, scriptCall{keys: w.k.scriptKeys(), args: []any{seqIdleExpiry, w.k.channel, c.spublishArg(), w.holder}})
+	}
+	if len(calls) > 0 {
+		_ = execScripts(rctx, c.rdb, leaveScript, calls) // a place not left expires at its deadline
+	}
+}
+
+// goBackground runs f in a goroutine that Close waits for, unless the
+// client is closed (then it reports false and runs nothing).
+func (c *Client) goBackground(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return false
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		f()
+	}()
+	return true
 }
 
 func newHolderID() string {

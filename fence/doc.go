@@ -5,10 +5,10 @@
 //
 // A [Client] wraps a go-redis client ([RedisClient]: one server, a
 // Sentinel failover client or a Cluster; a Ring is refused, see there).
-// [Client.Acquire] waits for a lock (event-driven: it wakes on the holder's
-// release message or when the lock's expiry passes), [Client.TryAcquire]
-// makes one attempt, and [Client.Do] acquires, runs a function and
-// releases. The returned [Lock] carries its fencing token ([Lock.Token]):
+// [Client.Acquire] waits for a lock in a queue kept in Redis, fair across
+// processes: the holder's release hands the lock to the first waiter in
+// the same script (see "Waiting"). [Client.TryAcquire] makes one attempt,
+// and [Client.Do] acquires, runs a function and releases. The returned [Lock] carries its fencing token ([Lock.Token]):
 // pass it with every write the lock protects, so that the storage can
 // reject a holder whose lease ran out while it was paused (package guard
 // does that for Postgres).
@@ -35,6 +35,47 @@
 // reason: ctx's error, or for the wait limit an error that says so and
 // matches [context.DeadlineExceeded]. A ctx that is done before the call
 // sends nothing and fails the same way, for [Client.TryAcquire] too.
+//
+// A waiter is in the name's queue in Redis, in arrival order among every
+// process: the attempt that finds the lock held queues the caller in the
+// same round trip. The holder's release hands the lock over in its own
+// script: the first live waiter becomes the holder, with a token issued
+// by the same rule as an acquisition's, and is told by a message on the
+// name's channel; it holds the lock when the message arrives, with no
+// round trip of its own. Every waiter heartbeats every liveness/3
+// ([WithLiveness], default [DefaultLiveness]), in the watchdog's pipelined
+// rounds (one round trip per node per period, shared with renewals), and
+// a heartbeat that finds the lock handed to it takes it: a lost message
+// (a pub/sub connection down, a Redis user without PUBLISH) costs at most
+// one heartbeat period. When the lock frees without a handover (its
+// holder's lease ran out, a version without the queue released it), the
+// next call that touches the name (a heartbeat, the first waiter's poll at
+// the holder's expiry, a TryAcquire) hands it to the first live waiter.
+//
+// A waiter whose process died or was cut off is skipped once its liveness
+// deadline passes (its heartbeats move the deadline); a handover to a
+// waiter that died since its last heartbeat lapses after min(lease,
+// liveness), the lease it gets until its first renewal. Each call drops
+// at most a few dead waiters at the head, so a call's work stays bounded
+// however many died; the next call goes on. A wait that ends without the
+// lock (ctx, the wait limit, Close) leaves the queue; a handover that
+// raced its end is passed on at once. A queue whose waiters all died
+// expires by itself, two liveness periods after the last heartbeat.
+//
+// # Fairness and its cost
+//
+// There is no barging: while a live waiter queues, a free lock goes to it,
+// not to a [Client.TryAcquire] or a new Acquire that comes later (that
+// call hands it over instead). The cost: a newcomer never gets a lock that
+// happens to be free while others queue, so under contention each
+// handover goes to a waiter that may be slower to use it (the message's
+// travel, its process's wake-up) than a caller already running would
+// have been; and a dead waiter at the head delays the others by up to its
+// liveness. There is no option to barge: fairness across processes holds
+// only if every caller obeys the queue, and one caller that jumps it
+// brings back the starvation the queue removes (the fastest re-acquirer
+// winning again and again). Callers that need a lock at once, or not at
+// all, use TryAcquire, which fails while others wait.
 //
 // # Holders
 //
@@ -99,23 +140,52 @@
 // [ErrInvalidOption] before anything is sent, with a message that says
 // what to change.
 //
-// # Footprint on the server
+// # Keys and scripts
 //
 // Per lock name (a name is 1 to 512 bytes of UTF-8 without control
-// characters, '{' or '}'; the keys share the hash tag {<name>}, so they
-// live in one cluster slot):
+// characters, '{' or '}'; every key shares the hash tag {<name>}, so all
+// live in one cluster slot and one script touches them):
 //   - <prefix>{<name>}, the lock: a string "<token>:<holder>" (16 digits,
 //     ':', the holder id: 32 hex characters by default), present while the
 //     lock is held, with the lease as its expiry;
 //   - <prefix>{<name>}:seq, the token counter: a 16-digit string written
 //     by every acquisition, expiring 30 days after the last one;
-//   - <prefix>{<name>}:ch, the release channel: no memory unless a waiter
-//     subscribes; a channel stays subscribed about a second after its last
-//     waiter left.
+//   - <prefix>{<name>}:q, the queue: a list of the waiting holder ids, in
+//     arrival order, present while someone waits;
+//   - <prefix>{<name>}:w, the waiters: a hash from holder id to
+//     "<deadline ms>:<grant lease ms>" (server clock), present while
+//     someone waits; both queue keys expire two liveness periods after the
+//     last heartbeat;
+//   - <prefix>{<name>}:ch, the channel: no memory unless a waiter
+//     subscribes; a channel stays subscribed about a second after its
+//     client's last waiter left. A handover publishes
+//     "grant:<server µs>:<token>:<holder>" (SPUBLISH on a cluster), a
+//     release with nobody queued the released value.
 //
-// So a held lock costs two short keys, and every name used in the last 30
-// days one (its counter): high-cardinality names (one lock per order, per
-// user) add up.
+// So a held lock costs two short keys, each waiter a list entry and a hash
+// field of about its holder id's length, and every name used in the last
+// 30 days one key (its counter): high-cardinality names (one lock per
+// order, per user) add up.
+//
+// The scripts: acquire.lua (acquire, or queue, or a waiter's heartbeat),
+// release.lua (release and hand over), leave.lua (a waiter leaves; a
+// handover that raced it is passed on), renew.lua and raise.lua. The first
+// three share queue.lua: the token rule, the queue, and the handover, so
+// that an acquisition and a handover issue tokens by the same code.
+//
+// # Rolling upgrades
+//
+// Clients of versions before the queue (no :q and :w keys) and of this
+// version can share a name during an upgrade. Holders never overlap: both
+// versions take the lock only when its key is absent, and a handover
+// replaces the releaser's own value within one script. Tokens keep
+// increasing: one counter, one rule. What an old client does not do: it
+// barges (takes a free lock whatever the queue holds), and its release
+// hands nothing over; its release message, a plain one, makes this
+// version's first waiter heartbeat at once and take the lock, and a
+// handover's message wakes old waiters, which find the lock held and wait
+// on. Fairness across processes therefore starts once every client runs
+// this version.
 //
 // # Server configuration
 //

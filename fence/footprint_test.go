@@ -1,12 +1,16 @@
 package fence_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/testenv"
 )
 
@@ -38,4 +42,44 @@ func TestFootprint(t *testing.T) {
 	ttl, err := rdb.PTTL(ctx, lockKey(r, name)+":seq").Result()
 	require.NoError(t, err)
 	assert.InDelta(t, float64(30*24*time.Hour), float64(ttl), float64(time.Minute), "the counter's idle expiry")
+}
+
+// A waiter's place costs a list entry and a hash field: well under 200
+// bytes each with default holder ids, measured with more waiters than the
+// compact encodings hold (Redis turns the hash into a table beyond 128
+// fields); both keys go when the queue empties.
+func TestQueueFootprint(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 60*time.Second)
+	holder := newClient(t, r, nil)
+	waiters := newClient(t, r, r.NewClient(&redis.Options{PoolSize: 32}))
+	held, err := holder.Acquire(ctx, "fp")
+	require.NoError(t, err)
+	const n = 300
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := waiters.Acquire(wctx, "fp")
+			assert.ErrorIs(t, err, fence.ErrNotAcquired)
+		}()
+	}
+	waitQueued(t, r, "fp", n)
+	list, hash := queueKeys(r, "fp")
+	lb, err := r.Client().MemoryUsage(ctx, list).Result()
+	require.NoError(t, err)
+	hb, err := r.Client().MemoryUsage(ctx, hash).Result()
+	require.NoError(t, err)
+	per := float64(lb+hb) / n
+	t.Logf("MEMORY USAGE with %d waiters: queue %d B, waiters %d B: %.0f B per waiter", n, lb, hb, per)
+	assert.Less(t, per, 200.0)
+	cancel()
+	wg.Wait()
+	require.NoError(t, held.Release(ctx))
+	require.Eventually(t, func() bool {
+		k, err := r.Client().Exists(ctx, list, hash).Result()
+		return err == nil && k == 0
+	}, 10*time.Second, 10*time.Millisecond, "the queue's keys outlive its waiters")
 }

@@ -20,6 +20,7 @@ type LockInfo struct {
 	Token   int64         // when held
 	TTL     time.Duration // when held; -1 when the key has no expiry
 	Counter int64         // the token counter; 0 when the key is absent
+	Waiters int64         // waiters with a place in the name's queue (live or not yet skipped); -1 when the user may not HLEN
 	// Eviction is the configuration of the node that holds the lock: when
 	// Eviction.Evicts(), Redis may evict the lock under memory pressure.
 	// Zero when the user may not run INFO.
@@ -40,6 +41,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	val := pipe.Get(ctx, k.lock)
 	pttl := pipe.PTTL(ctx, k.lock)
 	seq := pipe.Get(ctx, k.seq)
+	waiters := pipe.HLen(ctx, k.waiters)
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 	info := LockInfo{Name: name}
 	switch v, err := val.Result(); {
@@ -67,6 +69,14 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 		return LockInfo{}, fmt.Errorf("fence: inspect %q: counter: %w", name, err)
 	default:
 		info.Counter = n
+	}
+	switch n, err := waiters.Result(); {
+	case redis.HasErrorPrefix(err, "NOPERM"):
+		info.Waiters = -1 // HLEN is an operator's command, not in the application's ACL line
+	case err != nil:
+		return LockInfo{}, fmt.Errorf("fence: inspect %q: queue: %w", name, err)
+	default:
+		info.Waiters = n
 	}
 	info.Eviction, _ = c.evictionFor(ctx, k.lock) // INFO may be denied: reported as unknown
 	return info, nil
@@ -99,13 +109,14 @@ func (c *Client) RaiseCounter(ctx context.Context, name string, floor int64) (in
 	return n, nil
 }
 
-// ForceRelease deletes the lock that seen (from [Client.Inspect])
-// describes, for an operator breaking a lock whose holder is stuck, and
-// wakes its waiters as the holder's own Release would. It deletes nothing
+// ForceRelease ends the lock that seen (from [Client.Inspect]) describes,
+// for an operator breaking a lock whose holder is stuck, as the holder's
+// own Release would: the first live waiter gets it (and is told), or it
+// is deleted. It deletes nothing
 // and returns [ErrNotHeld] when the lock is no longer that one (released,
 // expired, or taken again: another token or holder) or seen says it is not
 // held. woken is false when the release message was refused (a Redis user
-// without PUBLISH): waiters then take the lock at their next retry.
+// without PUBLISH): waiters then learn of it at their next heartbeat.
 //
 // The holder is not told. It keeps running until its next renewal finds
 // the lock gone (its context is then cancelled, within a renewal period),
@@ -126,7 +137,8 @@ func (c *Client) ForceRelease(ctx context.Context, seen LockInfo) (woken bool, e
 	}
 	k := keysFor(c.cfg.prefix, seen.Name)
 	value := strconv.FormatInt(seen.Token, 10) + ":" + seen.Holder
-	n, err := releaseScript.Run(ctx, c.rdb, []string{k.lock}, value, k.channel, c.spublishArg()).Int64()
+	sent := time.Now()
+	n, nv, err := parseRelease(releaseScript.Run(ctx, c.rdb, k.scriptKeys(), seqIdleExpiry, k.channel, c.spublishArg(), value))
 	if err != nil {
 		c.refreshTopology(err)
 		return false, fmt.Errorf("fence: force release %q: %w", seen.Name, err)
@@ -134,6 +146,9 @@ func (c *Client) ForceRelease(ctx context.Context, seen LockInfo) (woken bool, e
 	switch n {
 	case releaseOK:
 		return true, nil
+	case releaseHandedOver, releaseHandedUnpublished:
+		c.notify.handedTo(k.channel, nv, sent)
+		return n == releaseHandedOver, nil
 	case releaseUnpublished:
 		return false, nil
 	}

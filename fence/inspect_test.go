@@ -31,6 +31,16 @@ func TestInspect(t *testing.T) {
 	assert.Equal(t, l.Token(), info.Token)
 	assert.Equal(t, l.Token(), info.Counter)
 	assert.Greater(t, info.TTL, 20*time.Second)
+	assert.Zero(t, info.Waiters)
+	got := acquireAsync(ctx, c, "ins")
+	waitQueued(t, r, "ins", 1)
+	info, err = c.Inspect(ctx, "ins")
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, info.Waiters, "one waiter queues")
+	require.NoError(t, l.Release(ctx))
+	a := <-got
+	require.NoError(t, a.err)
+	l = a.l
 	require.NoError(t, l.Release(ctx))
 
 	info, err = c.Inspect(ctx, "ins")

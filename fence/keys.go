@@ -55,18 +55,27 @@ func textProblem(s string) string {
 	return ""
 }
 
-// keys are the Redis keys of one lock name. All three share the hash tag
+// keys are the Redis keys of one lock name. All share the hash tag
 // {<name>}, so they live in one cluster slot and one script may touch them.
 type keys struct {
 	lock    string // "<token>:<holder>" with a PX expiry
 	seq     string // token counter
-	channel string // release notifications
+	queue   string // waiting holder ids, in arrival order (a list)
+	waiters string // holder id -> "<deadline ms>:<grant lease ms>" (a hash)
+	channel string // grants and release notifications
 }
 
 func keysFor(prefix, name string) keys {
-	// One allocation on the acquire path: the three keys are slices of
-	// "<base>:seq<base>:ch".
-	n := len(prefix) + len(name) + 2
-	s := prefix + "{" + name + "}:seq" + prefix + "{" + name + "}:ch"
-	return keys{lock: s[:n], seq: s[:n+4], channel: s[n+4:]}
+	// One allocation on the acquire path: the keys are slices of
+	// "<base>:seq<base>:q<base>:w<base>:ch".
+	base := len(prefix) + len(name) + 2
+	s := prefix + "{" + name + "}:seq" + prefix + "{" + name + "}:q" + prefix + "{" + name + "}:w" +
+		prefix + "{" + name + "}:ch"
+	q := base + 4
+	w := q + base + 2
+	ch := w + base + 2
+	return keys{lock: s[:base], seq: s[:base+4], queue: s[q : q+base+2], waiters: s[w : w+base+2], channel: s[ch:]}
 }
+
+// scriptKeys are the keys of acquire.lua, release.lua and leave.lua.
+func (k keys) scriptKeys() []string { return []string{k.lock, k.seq, k.queue, k.waiters} }

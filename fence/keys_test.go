@@ -2,6 +2,7 @@ package fence
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -73,13 +74,19 @@ func FuzzName(f *testing.F) {
 		}
 		k := keysFor(DefaultPrefix, name)
 		// All keys of one name share one hash tag: the name itself.
-		for _, key := range []string{k.lock, k.seq, k.channel} {
+		for _, key := range []string{k.lock, k.seq, k.queue, k.waiters, k.channel} {
 			if tag := hashTag(key); tag != name {
 				t.Fatalf("key %q has hash tag %q, want %q", key, tag, name)
 			}
 		}
-		if k.lock == k.seq || k.lock == k.channel || k.seq == k.channel {
+		all := []string{k.lock, k.seq, k.queue, k.waiters, k.channel}
+		slices.Sort(all)
+		if len(slices.Compact(all)) != 5 {
 			t.Fatalf("keys collide: %+v", k)
+		}
+		if want := DefaultPrefix + "{" + name + "}"; k.lock != want || k.seq != want+":seq" || k.queue != want+":q" ||
+			k.waiters != want+":w" || k.channel != want+":ch" {
+			t.Fatalf("keys %+v for %q", k, name)
 		}
 	})
 }

@@ -21,10 +21,12 @@ type Lock struct {
 	// token first (digits only), so that a holder id may contain ':'.
 	value string
 	// Script arguments made once per lock rather than per renewal:
-	// keyArgs is {lock key}, valueArg is value boxed.
-	keyArgs  []string
-	valueArg any
-	fixed    bool
+	// scriptKeys are release.lua's keys, keyArgs is {lock key} (renew.lua's),
+	// valueArg is value boxed.
+	scriptKeys []string
+	keyArgs    []string
+	valueArg   any
+	fixed      bool
 
 	acquiredAt time.Time
 	vctx       context.Context // the acquiring call's values, never cancelled: observers' ctx
@@ -216,7 +218,7 @@ func (c *Client) lost(l *Lock, cause error, now time.Time) {
 	}
 	c.forget(l)
 	l.cancel(cause)
-	c.waiter.wakeChannel(l.keys.channel)
+	c.notify.poll(l.keys.channel) // a lost lock hands nothing over
 	c.obs.onLoss(l.vctx, LossEvent{Name: l.name, Token: l.token, Held: now.Sub(l.acquiredAt), Err: cause})
 }
 

@@ -21,6 +21,10 @@ func TestMain(m *testing.M) {
 		holderProcess() // a child of TestReacquireFromAnotherProcess
 		return
 	}
+	if os.Getenv(waiterProcEnv) != "" {
+		waiterProcess() // a child of the waiter-crash tests
+		return
+	}
 	testenv.Main(m)
 }
 

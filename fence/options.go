@@ -21,6 +21,9 @@ const (
 	// caller's context has a deadline nor [WithWaitLimit] was given, so
 	// that a wait always ends.
 	DefaultWaitLimit = time.Minute
+	// DefaultLiveness is how long a waiter keeps its place in a lock's
+	// queue without a heartbeat (see [WithLiveness]).
+	DefaultLiveness = 6 * time.Second
 	// DefaultPrefix is put in front of every key.
 	DefaultPrefix = "fence:"
 	// releaseTimeout bounds a release (and Close) that runs detached from
@@ -67,6 +70,9 @@ type config struct {
 	prefix         string
 	lease          time.Duration
 	leaseArg       any // lease in ms, boxed once for the acquire script
+	liveness       time.Duration
+	livenessArg    any // liveness in ms, boxed once
+	grantArg       any // grantLease in ms, boxed once
 	fixed          bool
 	maxHold        time.Duration
 	waitLimit      time.Duration
@@ -91,6 +97,7 @@ const (
 	setLease setting = iota // WithLease, WithFixedLease
 	setMaxHold
 	setWaitLimit
+	setLiveness
 	setReplicaSync
 	setPrefix
 	setLogger
@@ -98,7 +105,7 @@ const (
 	numSettings
 )
 
-var settingNames = [numSettings]string{"the lease", "the max hold", "the wait limit", "replica sync",
+var settingNames = [numSettings]string{"the lease", "the max hold", "the wait limit", "the liveness", "replica sync",
 	"the key prefix", "the logger", "the holder id"}
 
 // set records that the option desc sets s, or refuses a second option
@@ -116,6 +123,7 @@ func defaultConfig() config {
 		prefix:       DefaultPrefix,
 		lease:        DefaultLease,
 		leaseArg:     DefaultLease.Milliseconds(),
+		liveness:     DefaultLiveness,
 		waitLimit:    DefaultWaitLimit,
 		waitLimitErr: waitLimitErr(DefaultWaitLimit),
 		logger:       slog.New(slog.DiscardHandler),
@@ -151,6 +159,8 @@ func (c *config) applyLock(opts []LockOption) error {
 // finish derives the values made once per config rather than per call.
 func (c *config) finish() error {
 	c.leaseArg = c.lease.Milliseconds()
+	c.livenessArg = c.liveness.Milliseconds()
+	c.grantArg = grantLease(*c).Milliseconds()
 	c.waitLimitErr = waitLimitErr(c.waitLimit)
 	return nil
 }
@@ -263,6 +273,29 @@ func WithWaitLimit(d time.Duration) Option {
 			return err
 		}
 		c.waitLimit, c.waitLimitSet = d, true
+		return nil
+	})
+}
+
+// WithLiveness sets how long a waiter keeps its place in a lock's queue
+// without a heartbeat (default [DefaultLiveness], at least [MinLease]).
+// While Acquire waits, its client heartbeats every d/3 (with the
+// renewals: one pipelined round trip per node per period); a waiter whose
+// process died or was cut off is skipped once d passed since its last
+// heartbeat, so it delays the others by at most d. A handover gives a
+// watchdog-renewed lock a lease of min(lease, d) until its first renewal,
+// so that a handover to a waiter that died since its last heartbeat
+// holds the lock for at most d too. A waiter alive but cut off for longer
+// than d loses its place and joins the queue again at the tail.
+func WithLiveness(d time.Duration) Option {
+	return both(func(c *config) error {
+		if d < MinLease {
+			return invalidOption("WithLiveness(%v): a liveness must be at least %v (MinLease)", d, MinLease)
+		}
+		if err := c.set(setLiveness, fmt.Sprintf("WithLiveness(%v)", d)); err != nil {
+			return err
+		}
+		c.liveness = d
 		return nil
 	})
 }

@@ -49,10 +49,10 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 func (l *Lock) releaseCall() scriptCall {
-	return scriptCall{keys: l.keyArgs, args: []any{l.valueArg, l.keys.channel, l.c.spublishArg()}}
+	return scriptCall{keys: l.scriptKeys, args: []any{seqIdleExpiry, l.keys.channel, l.c.spublishArg(), l.valueArg}}
 }
 
-// release.lua's ARGV[3], boxed once: "1" to notify with SPUBLISH (a
+// queue.lua's ARGV[3], boxed once: "1" to notify with SPUBLISH (a
 // cluster's sharded pub/sub), "0" with PUBLISH.
 var spublishOn, spublishOff any = "1", "0"
 
@@ -64,10 +64,8 @@ func (c *Client) spublishArg() any {
 }
 
 // release runs the release script for l, detached from ctx's
-// cancellation and bounded by releaseTimeout. When it published nothing
-// (the lock was gone, or the call failed), the head waiter of this client
-// is woken locally: it may be waiting for this lock's release message
-// alone.
+// cancellation and bounded by releaseTimeout: the lock goes to the first
+// live waiter in the same call, or is deleted.
 func (c *Client) release(ctx context.Context, l *Lock) error {
 	if ctx.Done() != nil { // a context that cannot be cancelled needs no detaching
 		ctx = context.WithoutCancel(ctx)
@@ -75,35 +73,45 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
 	call := l.releaseCall()
-	n, err := releaseScript.Run(ctx, c.rdb, call.keys, call.args...).Int64()
+	sent := time.Now()
+	n, value, err := parseRelease(releaseScript.Run(ctx, c.rdb, call.keys, call.args...))
 	if err != nil {
 		c.refreshTopology(err)
-		c.waiter.wakeChannel(l.keys.channel)
 		return fmt.Errorf("fence: release %q: %w", l.name, err)
 	}
-	return c.releaseOutcome(l, n)
+	return c.releaseOutcome(l, n, value, sent)
 }
 
-// Release outcomes returned by release.lua.
-const (
-	releaseNotOurs     = 0
-	releaseOK          = 1
-	releaseUnpublished = 2 // deleted; the release message was refused
-)
+// releaseValue releases a lock value this client holds on the server but
+// did not make a Lock of (a replica sync that fell short), passing it on
+// like a release; errors are dropped: the lock then expires.
+func (c *Client) releaseValue(ctx context.Context, name string, k keys, value string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	sent := time.Now()
+	n, nv, err := parseRelease(releaseScript.Run(ctx, c.rdb, k.scriptKeys(), seqIdleExpiry, k.channel, c.spublishArg(), value))
+	if err == nil && (n == releaseHandedOver || n == releaseHandedUnpublished) {
+		c.notify.handedTo(k.channel, nv, sent)
+	}
+}
 
-// releaseOutcome turns release.lua's reply for l into Release's error.
-// When no message was published, this client's head waiter is woken
-// locally: it may be waiting for this lock's release message alone.
-func (c *Client) releaseOutcome(l *Lock, n int64) error {
+// releaseOutcome turns release.lua's reply for l into Release's error. A
+// handover to a waiter of this client reaches it at once (sent is when
+// the release was sent, before the handover), without the message.
+func (c *Client) releaseOutcome(l *Lock, n int64, value string, sent time.Time) error {
 	switch n {
 	case releaseOK:
 		return nil
-	case releaseUnpublished:
-		c.waiter.wakeChannel(l.keys.channel)
+	case releaseHandedOver:
+		c.notify.handedTo(l.keys.channel, value, sent)
+		return nil
+	case releaseUnpublished, releaseHandedUnpublished:
+		if n == releaseHandedUnpublished {
+			c.notify.handedTo(l.keys.channel, value, sent)
+		}
 		c.warnPublishRefused(l.name)
 		return nil
 	default:
-		c.waiter.wakeChannel(l.keys.channel)
 		return notHeld(l.name)
 	}
 }

@@ -17,10 +17,11 @@ import (
 // ACL: fence runs its scripts with EVALSHA, and after a script-cache miss
 // (a restart, a failover) with EVAL, which caches the script again. It
 // never needs SCRIPT LOAD, so a user restricted with +@all -script works.
-// PUBLISH/SPUBLISH only wake waiters: when it is denied, a release still
-// deletes the key and reports success, and fence warns once that waiters
-// in other processes wake at the lock's expiry instead. A user that may
-// not SUBSCRIBE waits on expiry alone (with a warning from the waiter).
+// PUBLISH/SPUBLISH only speed up handovers: when it is denied, a release
+// still hands the lock over (or deletes it) and reports success, and fence
+// warns once that waiters in other processes learn of a handover at their
+// next heartbeat instead. A user that may not SUBSCRIBE waits on its
+// heartbeats alone (with a warning, once per client).
 //
 // Eviction: with maxmemory set and any policy but noeviction, Redis may
 // evict a lock key (every fence key has an expiry, so the volatile-*
@@ -32,8 +33,9 @@ import (
 
 // serverChecks holds a client's once-only checks of the server.
 type serverChecks struct {
-	publishWarned sync.Once
-	done          chan struct{} // closed when the background check ended
+	publishWarned   sync.Once
+	subscribeWarned sync.Once
+	done            chan struct{} // closed when the background check ended
 }
 
 // configLogger is where warnings about the server's configuration go: the
@@ -53,8 +55,8 @@ func (c *Client) configLogger() *slog.Logger {
 // that PUBLISH/SPUBLISH was refused.
 func (c *Client) warnPublishRefused(name string) {
 	c.checks.publishWarned.Do(func() {
-		c.configLogger().Warn("fence: the Redis user may not PUBLISH/SPUBLISH: locks are released, "+
-			"but waiters in other processes wake only at the lock's expiry; grant them with "+
+		c.configLogger().Warn("fence: the Redis user may not PUBLISH/SPUBLISH: locks are released and handed over, "+
+			"but waiters in other processes learn of a handover only at their next heartbeat; grant them with "+
 			"ACL SETUSER <user> +publish +spublish",
 			slog.String("name", name))
 	})
@@ -62,14 +64,14 @@ func (c *Client) warnPublishRefused(name string) {
 
 // startServerChecks runs the one-time configuration checks in the
 // background (New has no context and must not block on the network). The
-// goroutine ends within checkTimeout, or when Close cancels the waiter's
-// context, and Close waits for it.
+// goroutine ends within checkTimeout, or when Close cancels the client's
+// background context, and Close waits for it.
 func (c *Client) startServerChecks() {
 	done := make(chan struct{})
 	c.checks.done = done
 	go func() {
 		defer close(done)
-		ctx, cancel := context.WithTimeout(c.waiter.ctx, checkTimeout)
+		ctx, cancel := context.WithTimeout(c.bgCtx, checkTimeout)
 		defer cancel()
 		c.checkEviction(ctx)
 	}()

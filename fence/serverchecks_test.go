@@ -87,8 +87,8 @@ func TestClusterUserWithoutScript(t *testing.T) {
 
 // TestClusterUserWithoutPublish: a user that may not (S)PUBLISH releases
 // its locks (the key is deleted, Release reports success) and fence warns
-// once that waiters elsewhere wake at expiry: Release does not report
-// the refused notification as a failed release.
+// once that waiters elsewhere learn of handovers at their next heartbeat:
+// Release does not report the refused notification as a failed release.
 func TestClusterUserWithoutPublish(t *testing.T) {
 	cl := testenv.SharedRedisCluster(t)
 	admin := cl.Client()

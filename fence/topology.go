@@ -105,22 +105,22 @@ func transient(err error) bool {
 	return staleTopology(err) || redis.IsMaxClientsError(err)
 }
 
-// byNode splits locks by the master that serves their keys, so that each
-// node's renewals go out, and come back, on their own. Without a cluster
-// it is one group.
-func (c *Client) byNode(locks []*Lock) [][]*Lock {
+// byNode splits a round's renewals and heartbeats by the master that
+// serves their keys, so that each node's go out, and come back, on their
+// own. Without a cluster it is one group.
+func (c *Client) byNode(b batch) []batch {
 	cc, ok := c.rdb.(*redis.ClusterClient)
-	if !ok || len(locks) == 0 {
-		return [][]*Lock{locks}
+	if !ok || b.size() == 0 {
+		return []batch{b}
 	}
 	// The slot map is in memory once a lock was acquired; the bound only
 	// matters if it was never loaded.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	index := map[*redis.Client]int{}
-	var groups [][]*Lock
-	for _, l := range locks {
-		node, err := cc.MasterForKey(ctx, l.keys.lock)
+	var groups []batch
+	group := func(key string) *batch {
+		node, err := cc.MasterForKey(ctx, key)
 		if err != nil {
 			node = nil // one group for the unroutable: its round reports the error
 		}
@@ -128,9 +128,17 @@ func (c *Client) byNode(locks []*Lock) [][]*Lock {
 		if !ok {
 			i = len(groups)
 			index[node] = i
-			groups = append(groups, nil)
+			groups = append(groups, batch{})
 		}
-		groups[i] = append(groups[i], l)
+		return &groups[i]
+	}
+	for _, l := range b.locks {
+		g := group(l.keys.lock)
+		g.locks = append(g.locks, l)
+	}
+	for _, x := range b.waiters {
+		g := group(x.k.lock)
+		g.waiters = append(g.waiters, x)
 	}
 	return groups
 }

@@ -68,10 +68,11 @@ func (h *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 // Eight goroutines of one client wait for a lock held by another client,
-// then share it in a loop. Each release wakes one waiter of the client,
-// not all of them: the attempts stay about one per acquisition (a herd
-// would make 8+7+...+1 = 36 attempts for the first round alone), and the
-// queue order shares the lock out fairly.
+// then share it in a loop. Each release hands the lock to the first
+// waiter in the queue, in the release script: an acquisition costs its
+// one queueing attempt and nothing for the handover (a herd woken by each
+// release would make 8+7+...+1 = 36 attempts for the first round alone),
+// and the queue's order shares the lock out fairly.
 func TestWaiterWakesOneWaiterPerRelease(t *testing.T) {
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
@@ -122,11 +123,11 @@ func TestWaiterWakesOneWaiterPerRelease(t *testing.T) {
 
 	attempts := hook.n.Load() - before - releases.Load()
 	t.Logf("%d acquisitions, %d acquire attempts after the first release", total, attempts)
-	assert.GreaterOrEqual(t, attempts, int64(total))
-	// About one attempt per acquisition; generous for a slow machine (a
-	// waiter re-entering Acquire while the queue's subscription is being
-	// renewed attempts on its own).
-	assert.LessOrEqual(t, attempts, int64(2*total))
+	// The workers' first calls came before the count: the other
+	// acquisitions made one each. Heartbeats (every liveness/3) may add a
+	// few on a slow machine.
+	assert.GreaterOrEqual(t, attempts, int64(total-workers))
+	assert.LessOrEqual(t, attempts, int64(total+workers))
 	lo, hi := counts[0].Load(), counts[0].Load()
 	for i := range counts {
 		lo, hi = min(lo, counts[i].Load()), max(hi, counts[i].Load())

@@ -15,7 +15,9 @@ import (
 // other clients' commands.
 const maxBatch = 10000
 
-// watchdog keeps a client's locks alive and signals their loss.
+// watchdog keeps a client's locks alive and signals their loss, and
+// sends its waiters' heartbeats (see wait.go) in the same rounds: 10,000
+// waiters cost the round trips of 10,000 locks.
 //
 // It is two goroutines per client, however many locks are held:
 //   - the scheduler owns a min-heap of locks ordered by their next event
@@ -31,17 +33,24 @@ type watchdog struct {
 
 	mu   sync.Mutex
 	h    lockHeap
-	kick chan struct{} // cap 1: the heap's head changed
+	wh   waiterHeap    // waiters by their next heartbeat
+	kick chan struct{} // cap 1: a heap's head changed
 	// wakeAt is when the scheduler's timer fires (guarded by mu): a lock
 	// added with a later event needs no wake-up, the scheduler looks at the
 	// heap again by then anyway. It keeps an acquire+release from waking
 	// the scheduler goroutine twice.
 	wakeAt time.Time
 
-	work    chan []*Lock
+	work    chan batch
 	results chan roundResult
 	stop    chan struct{}
 	wg      sync.WaitGroup
+}
+
+// batch is the work of one round: renewals and heartbeats.
+type batch struct {
+	locks   []*Lock
+	waiters []*waiter
 }
 
 type roundResult struct {
@@ -51,13 +60,17 @@ type roundResult struct {
 	res   []int64
 	other []string // the value found, when res is renewNotOurs
 	errs  []error
+	// The heartbeats of the round: each waiter's answer or error.
+	waiters []*waiter
+	beats   []acquireReply
+	beatErr []error
 }
 
 func newWatchdog(c *Client) *watchdog {
 	w := &watchdog{
 		c:       c,
 		kick:    make(chan struct{}, 1),
-		work:    make(chan []*Lock),
+		work:    make(chan batch),
 		results: make(chan roundResult),
 		stop:    make(chan struct{}),
 	}
@@ -131,6 +144,59 @@ func (w *watchdog) refreshed(l *Lock, start time.Time, lease time.Duration) bool
 	return true
 }
 
+// addWaiter schedules w's heartbeats, the first at at.
+func (w *watchdog) addWaiter(x *waiter, at time.Time) {
+	w.mu.Lock()
+	x.beatAt = at
+	heap.Push(&w.wh, x)
+	early := at.Before(w.wakeAt)
+	w.mu.Unlock()
+	if early {
+		w.poke()
+	}
+}
+
+// removeWaiter stops x's heartbeats: none is sent after it returns. It
+// returns a channel closed when the heartbeat in flight, if any, has been
+// answered; nil when none is.
+func (w *watchdog) removeWaiter(x *waiter) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	x.gone = true
+	if x.idx >= 0 {
+		heap.Remove(&w.wh, x.idx)
+	}
+	if !x.inflight {
+		return nil
+	}
+	if x.idle == nil {
+		x.idle = make(chan struct{})
+	}
+	return x.idle
+}
+
+// beatSoon makes the scheduled waiters among xs heartbeat now (a message
+// may have been missed, or the lock may be free).
+func (w *watchdog) beatSoon(xs ...*waiter) {
+	if len(xs) == 0 {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	for _, x := range xs {
+		switch {
+		case x == nil:
+		case x.inflight:
+			x.soon = true // when its heartbeat is answered
+		case x.idx >= 0 && x.beatAt.After(now):
+			x.beatAt = now
+			heap.Fix(&w.wh, x.idx)
+		}
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
 // lose unschedules l and cancels it with cause.
 func (w *watchdog) lose(l *Lock, cause error, now time.Time) {
 	w.mu.Lock()
@@ -162,7 +228,7 @@ func (w *watchdog) schedule() {
 	defer w.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var pending []*Lock // due renewals not yet taken by the renewer
+	var pending batch // due renewals and heartbeats not yet taken by the renewer
 	var lost []loss
 	for {
 		now := time.Now()
@@ -175,7 +241,7 @@ func (w *watchdog) schedule() {
 				// out now anyway: renewing a little early costs nothing
 				// and keeps the locks of a client in step, so that rounds
 				// stay few and full.
-				coalesce := len(pending) > 0 && !l.fixed && !l.inflight &&
+				coalesce := pending.size() > 0 && !l.fixed && !l.inflight &&
 					l.renewAt.Equal(ev) && !ev.After(now.Add(l.lease/12))
 				if !coalesce {
 					break
@@ -191,12 +257,26 @@ func (w *watchdog) schedule() {
 			default: // renewal due
 				l.inflight = true
 				heap.Fix(&w.h, 0)
-				pending = append(pending, l)
+				pending.locks = append(pending.locks, l)
 			}
+		}
+		for len(w.wh) > 0 {
+			x := w.wh[0]
+			// Heartbeats due within liveness/12 join a round that goes out
+			// anyway, as renewals do.
+			if x.beatAt.After(now) && (pending.size() == 0 || x.beatAt.After(now.Add(x.cfg.liveness/12))) {
+				break
+			}
+			heap.Pop(&w.wh) // rescheduled when answered
+			x.inflight = true
+			pending.waiters = append(pending.waiters, x)
 		}
 		w.wakeAt = now.Add(time.Hour)
 		if len(w.h) > 0 {
 			w.wakeAt = w.h[0].nextEvent()
+		}
+		if len(w.wh) > 0 && w.wh[0].beatAt.Before(w.wakeAt) {
+			w.wakeAt = w.wh[0].beatAt
 		}
 		wait := time.Until(w.wakeAt)
 		w.mu.Unlock()
@@ -205,8 +285,8 @@ func (w *watchdog) schedule() {
 		}
 		timer.Reset(wait)
 
-		var work chan []*Lock
-		if len(pending) > 0 {
+		var work chan batch
+		if pending.size() > 0 {
 			work = w.work
 		}
 		select {
@@ -215,15 +295,18 @@ func (w *watchdog) schedule() {
 		case <-w.kick:
 		case <-timer.C:
 		case work <- pending:
-			pending = nil
+			pending = batch{}
 		case r := <-w.results:
 			w.apply(r)
 		}
 	}
 }
 
+func (b batch) size() int { return len(b.locks) + len(b.waiters) }
+
 // apply records the outcome of a renewal round.
 func (w *watchdog) apply(r roundResult) {
+	w.applyBeats(r)
 	now := time.Now()
 	var lost []loss
 	w.mu.Lock()
@@ -261,6 +344,35 @@ func (w *watchdog) apply(r roundResult) {
 	}
 }
 
+// applyBeats hands each waiter its heartbeat's answer, and schedules its
+// next heartbeat unless it left meanwhile.
+func (w *watchdog) applyBeats(r roundResult) {
+	if len(r.waiters) == 0 {
+		return
+	}
+	next := make([]time.Time, len(r.waiters))
+	for i, x := range r.waiters {
+		next[i] = x.answered(r.beats[i], r.start, r.beatErr[i]) // not under w.mu: it takes the waiter's and the notifier's
+	}
+	w.mu.Lock()
+	for i, x := range r.waiters {
+		x.inflight = false
+		if x.idle != nil {
+			close(x.idle)
+			x.idle = nil
+		}
+		if x.gone {
+			continue
+		}
+		x.beatAt = next[i]
+		if x.soon {
+			x.soon, x.beatAt = false, minTime(x.beatAt, time.Now())
+		}
+		heap.Push(&w.wh, x)
+	}
+	w.mu.Unlock()
+}
+
 // retryDelay spaces retries of a failed renewal: several fit in the lease,
 // and at most maxRetryDelay passes between them, so that renewals resume
 // soon after a failover ends.
@@ -282,39 +394,43 @@ const maxRetryDelay = 250 * time.Millisecond
 func (w *watchdog) renew() {
 	defer w.wg.Done()
 	for {
-		var batch []*Lock
+		var b batch
 		select {
 		case <-w.stop:
 			return
-		case batch = <-w.work:
+		case b = <-w.work:
 		}
-		for _, group := range w.c.byNode(batch) {
+		for _, group := range w.c.byNode(b) {
 			w.wg.Add(1) // safe: this goroutine's own count is still held
 			go w.renewNode(group)
 		}
 	}
 }
 
-// renewNode renews the locks of one node.
-func (w *watchdog) renewNode(locks []*Lock) {
+// renewNode renews the locks and sends the heartbeats of one node.
+func (w *watchdog) renewNode(b batch) {
 	defer w.wg.Done()
-	for len(locks) > 0 {
-		n := min(len(locks), maxBatch)
-		r := w.round(locks[:n])
-		locks = locks[n:]
+	for b.size() > 0 {
+		nl := min(len(b.locks), maxBatch)
+		nw := min(len(b.waiters), maxBatch-nl)
+		r := w.round(b.locks[:nl], b.waiters[:nw])
+		b.locks, b.waiters = b.locks[nl:], b.waiters[nw:]
 		select {
 		case w.results <- r:
 		case <-w.stop:
-			// Close is running: the locks are cancelled by it.
+			// Close is running: the locks are cancelled by it, the
+			// waiters end with it.
 			return
 		}
 	}
 }
 
-// round renews locks, which live on one node, in one pipeline.
-func (w *watchdog) round(locks []*Lock) roundResult {
+// round renews locks and sends the heartbeats of waiters, which live on
+// one node, in one pipeline.
+func (w *watchdog) round(locks []*Lock, waiters []*waiter) roundResult {
 	// Skip locks released or lost since they were queued: no renewal is
-	// started for a lock after remove returned.
+	// started for a lock after remove returned. A waiter that left is
+	// still sent (its leave waits for the answer): the answer is ignored.
 	w.mu.Lock()
 	kept := locks[:0]
 	for _, l := range locks {
@@ -325,7 +441,7 @@ func (w *watchdog) round(locks []*Lock) roundResult {
 		}
 	}
 	locks = kept
-	calls := make([]scriptCall, len(locks))
+	calls := make([]scriptCall, len(locks), len(locks)+len(waiters))
 	// The round may not outlive the earliest deadline in it: past that the
 	// scheduler has declared the lock lost anyway.
 	var earliest time.Time
@@ -336,25 +452,41 @@ func (w *watchdog) round(locks []*Lock) roundResult {
 		}
 	}
 	w.mu.Unlock()
-	if len(locks) == 0 {
+	for _, x := range waiters {
+		calls = append(calls, x.beatCall())
+	}
+	if len(calls) == 0 {
 		return roundResult{}
 	}
 	// Also capped at releaseTimeout, so that Close never waits a whole
-	// long lease for a round hung on a dead connection.
-	if cap := time.Now().Add(releaseTimeout); cap.Before(earliest) {
+	// long lease for a round hung on a dead connection (and heartbeats
+	// alone are bounded by it).
+	if cap := time.Now().Add(releaseTimeout); len(locks) == 0 || cap.Before(earliest) {
 		earliest = cap
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), earliest)
 	defer cancel()
 	r := roundResult{locks: locks, start: time.Now(), res: make([]int64, len(locks)),
-		other: make([]string, len(locks)), errs: make([]error, len(locks))}
+		other: make([]string, len(locks)), errs: make([]error, len(locks)),
+		waiters: waiters, beats: make([]acquireReply, len(waiters)), beatErr: make([]error, len(waiters))}
 	cmds := execScripts(ctx, w.c.rdb, renewScript, calls)
 	r.rtt = time.Since(r.start)
 	var failed error
 	for i, cmd := range cmds {
-		r.res[i], r.other[i], r.errs[i] = parseRenew(cmd)
-		if r.errs[i] != nil && failed == nil {
-			failed = r.errs[i]
+		var err error
+		if i < len(locks) {
+			r.res[i], r.other[i], r.errs[i] = parseRenew(cmd)
+			err = r.errs[i]
+		} else {
+			j := i - len(locks)
+			var v any
+			if v, err = cmd.Result(); err == nil {
+				r.beats[j], err = parseAcquire(v)
+			}
+			r.beatErr[j] = err
+		}
+		if err != nil && failed == nil {
+			failed = err
 		}
 	}
 	if failed != nil {
@@ -386,4 +518,27 @@ func (h *lockHeap) Pop() any {
 	*h = old[:len(old)-1]
 	l.idx = -1
 	return l
+}
+
+// waiterHeap orders waiters by their next heartbeat.
+type waiterHeap []*waiter
+
+func (h waiterHeap) Len() int           { return len(h) }
+func (h waiterHeap) Less(i, j int) bool { return h[i].beatAt.Before(h[j].beatAt) }
+func (h waiterHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *waiterHeap) Push(x any) {
+	w := x.(*waiter)
+	w.idx = len(*h)
+	*h = append(*h, w)
+}
+func (h *waiterHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	w.idx = -1
+	return w
 }

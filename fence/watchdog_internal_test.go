@@ -29,7 +29,7 @@ func BenchmarkRenewRound(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		res := c.wd.round(append([]*Lock(nil), locks...))
+		res := c.wd.round(append([]*Lock(nil), locks...), nil)
 		for i, e := range res.errs {
 			if e != nil || res.res[i] != renewOK {
 				b.Fatalf("renewal %d: %v %d", i, e, res.res[i])

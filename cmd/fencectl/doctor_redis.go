@@ -257,8 +257,8 @@ func (d *doctor) checkClock(ctx context.Context, rc *redisConn, n *redis.Client,
 
 // aclNeed is one command fence sends (or runs inside a script) with the
 // keys and channels it touches. Optional ones cost only speed when denied:
-// without PUBLISH or SUBSCRIBE a release still succeeds, and waiters wake
-// at the lock's expiry instead of at once.
+// without PUBLISH or SUBSCRIBE a release still hands the lock over, and the
+// waiter learns of it at its next heartbeat instead of at once.
 type aclNeed struct {
 	label    string
 	args     []any
@@ -268,6 +268,7 @@ type aclNeed struct {
 func aclNeeds(prefix string, cluster bool) []aclNeed {
 	k := lockKey(prefix, "fencectl-doctor")
 	seq, ch := k+":seq", k+":ch"
+	q, w := k+":q", k+":w" // the queue of waiters (see fence's package doc)
 	sum := sha1.Sum([]byte("return 1"))
 	sha := hex.EncodeToString(sum[:])
 	pub, sub := "PUBLISH", "SUBSCRIBE"
@@ -283,6 +284,14 @@ func aclNeeds(prefix string, cluster bool) []aclNeed {
 		{label: "PTTL", args: []any{"PTTL", k}},
 		{label: "DEL", args: []any{"DEL", k}},
 		{label: "TIME", args: []any{"TIME"}},
+		{label: "LINDEX", args: []any{"LINDEX", q, 0}},
+		{label: "LPOP", args: []any{"LPOP", q}},
+		{label: "RPUSH", args: []any{"RPUSH", q, "x"}},
+		{label: "LREM", args: []any{"LREM", q, 1, "x"}},
+		{label: "HGET", args: []any{"HGET", w, "x"}},
+		{label: "HSET", args: []any{"HSET", w, "x", "1:1"}},
+		{label: "HDEL", args: []any{"HDEL", w, "x"}},
+		{label: "HEXISTS", args: []any{"HEXISTS", w, "x"}},
 		{label: pub, args: []any{pub, ch, "x"}, optional: true},
 		{label: sub, args: []any{sub, ch}, optional: true},
 	}
@@ -298,7 +307,8 @@ func aclNeeds(prefix string, cluster bool) []aclNeed {
 // fencectl needs nothing more (it opens with HELLO, which every user may
 // run), except SCAN for locks list.
 func aclCommands(cluster bool) string {
-	cmds := "+evalsha +eval +get +set +pexpire +pttl +del +time +publish +subscribe +info +pubsub|numsub"
+	cmds := "+evalsha +eval +get +set +pexpire +pttl +del +time +lindex +lpop +rpush +lrem +hget +hset +hdel +hexists " +
+		"+publish +subscribe +info +pubsub|numsub"
 	if cluster {
 		cmds += " +spublish +ssubscribe +cluster|slots"
 	}
@@ -309,7 +319,7 @@ func aclFix(user, prefix string, cluster bool) string {
 	return fmt.Sprintf("ACL SETUSER %s ~%s* &%s* %s (on every node)", user, prefix, prefix, aclCommands(cluster))
 }
 
-const slowWake = "releases still work, but waiters wake at the lock's expiry instead of at once"
+const slowWake = "releases still hand the lock over, but a waiter learns of it at its next heartbeat instead of at once"
 
 func isNoPerm(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOPERM") }
 

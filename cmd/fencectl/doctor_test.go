@@ -251,7 +251,7 @@ func TestDoctorACLDryRun(t *testing.T) {
 	code, out, errOut = fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--acl-user", "quiet")
 	assert.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, verdicts(out)["warn"], "redis.acl", out)
-	assert.Contains(t, out, "waiters wake at the lock's expiry")
+	assert.Contains(t, out, "a waiter learns of it at its next heartbeat")
 
 	// Keys outside the user's pattern: ACL DRYRUN sees it too.
 	code, out, _ = fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--acl-user", "quiet", "--prefix", "other:")

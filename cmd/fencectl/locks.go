@@ -161,7 +161,7 @@ func (a *app) release(ctx context.Context, locks *fence.Client, name string, yes
 	}
 	msg := "waiters were woken"
 	if !woken {
-		msg = "waiters were not woken (this user may not PUBLISH): they take it at their next retry"
+		msg = "waiters were not told (this user may not PUBLISH): the next one takes it at its next heartbeat"
 	}
 	fmt.Fprintf(a.stdout, "released %s (was held by %s, token %d); %s\n", name, info.Holder, info.Token, msg)
 	return nil
