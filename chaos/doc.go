@@ -15,6 +15,11 @@
 // workers' guard.Exec calls a bare lease (no Done channel), so that only
 // the database can stop their stale writes.
 //
+// Every trial adds contenders ([Config.Contenders]): worker processes that
+// wait for the same locks with short random limits, so that waits end
+// while handovers race them, and waiters in several processes queue, die
+// in the queue (a SIGKILLed contender) and leave it.
+//
 // Workers report their operations as JSON lines ([Event], folded into
 // [Op]s by [Ops]); [Check] verifies them against what the database holds
 // ([DBState]) and returns a [CheckResult] with the [Violation]s. The

@@ -166,7 +166,7 @@ func (t *trial) inject(ctx context.Context, kind string, rng *rand.Rand) Fault {
 		f.HealAt = f.At
 		<-p.done
 		// Keep the pressure on: a new worker takes the dead one's place.
-		if _, serr := t.spawn(ctx); serr != nil && err == nil {
+		if _, serr := t.spawn(ctx, p.contender); serr != nil && err == nil {
 			err = serr
 		}
 	case FaultRedisPause:

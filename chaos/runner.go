@@ -52,6 +52,12 @@ type Config struct {
 	// Workers per trial (default 3) and resources per trial (default 2).
 	Workers   int
 	Resources int
+	// Contenders are worker processes added to every trial (default 2)
+	// that contend for the same resources with short, random wait limits
+	// (a quarter of a lease to two leases): they join and leave the locks'
+	// queues while handovers race them, and do the same fenced work when
+	// they get a lock. Negative: none.
+	Contenders int
 	// Lease is the lock lease (default 400ms).
 	Lease time.Duration
 	// BareLeases makes odd-numbered workers hand guard.Exec a bare lease
@@ -101,6 +107,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Resources <= 0 {
 		c.Resources = 2
+	}
+	switch {
+	case c.Contenders == 0:
+		c.Contenders = 2
+	case c.Contenders < 0:
+		c.Contenders = 0
 	}
 	if c.Lease <= 0 {
 		c.Lease = 400 * time.Millisecond
@@ -231,6 +243,7 @@ type proc struct {
 	nodeProxy  map[string]*testenv.Proxy // cluster runs: node address -> this worker's proxy to it
 	pgProxy    *testenv.Proxy
 	stderr     *lockedBuffer
+	contender  bool // see Config.Contenders
 }
 
 type lockedBuffer struct {
@@ -283,7 +296,7 @@ func (t *trial) alive() []*proc {
 }
 
 // spawn starts one more worker with its own proxies to Redis and Postgres.
-func (t *trial) spawn(ctx context.Context) (*proc, error) {
+func (t *trial) spawn(ctx context.Context, contender bool) (*proc, error) {
 	t.mu.Lock()
 	id := t.nextID
 	t.nextID++
@@ -315,7 +328,10 @@ func (t *trial) spawn(ctx context.Context) (*proc, error) {
 		ID: id, PGURL: "postgres://postgres@" + pp.Addr + "/" + dbName(t.env.dbURL) + "?sslmode=disable",
 		Prefix: fmt.Sprintf("chaos%d:", t.n), Resources: t.resources, Lease: t.cfg.Lease, Guard: t.cfg.Guard,
 		Seed: t.seed + uint64(id)*7919, Think: t.cfg.Lease / 10, OpsPerHold: 12, Items: 3,
-		BareLease: t.cfg.BareLeases && id%2 == 1, IdleTimeout: t.cfg.IdleTimeout,
+		BareLease: t.cfg.BareLeases && id%2 == 1, IdleTimeout: t.cfg.IdleTimeout, Contender: contender,
+	}
+	if contender {
+		wc.OpsPerHold = 3
 	}
 	if rp != nil {
 		wc.RedisAddr = rp.Addr
@@ -344,7 +360,8 @@ func (t *trial) spawn(ctx context.Context) (*proc, error) {
 		_ = pp.Close()
 		return nil, err
 	}
-	p := &proc{id: id, cmd: cmd, stdin: stdin, done: make(chan struct{}), redisProxy: rp, nodeProxy: nps, pgProxy: pp, stderr: &lockedBuffer{}}
+	p := &proc{id: id, cmd: cmd, stdin: stdin, done: make(chan struct{}), redisProxy: rp, nodeProxy: nps, pgProxy: pp,
+		stderr: &lockedBuffer{}, contender: contender}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		closeRedisSide()
@@ -465,8 +482,8 @@ func (t *trial) run(ctx context.Context, rng *rand.Rand) TrialResult {
 			return res
 		}
 	}
-	for i := 0; i < t.cfg.Workers; i++ {
-		if _, err := t.spawn(ctx); err != nil {
+	for i := 0; i < t.cfg.Workers+t.cfg.Contenders; i++ {
+		if _, err := t.spawn(ctx, i >= t.cfg.Workers); err != nil {
 			res.Err = err
 			t.stopAll()
 			return res
@@ -482,7 +499,7 @@ func (t *trial) run(ctx context.Context, rng *rand.Rand) TrialResult {
 				n++
 			}
 		}
-		if n >= t.cfg.Workers {
+		if n >= t.cfg.Workers+t.cfg.Contenders {
 			break
 		}
 		sleepCtx(ctx, 20*time.Millisecond)

@@ -53,6 +53,10 @@ type workerConfig struct {
 	BareLease bool `json:"bare_lease"`
 	// IdleTimeout, when set, is given to pgfence.WithIdleTimeout.
 	IdleTimeout time.Duration `json:"idle_timeout"`
+	// Contender waits with a short random limit (lease/4 to 2 leases)
+	// instead of 3 leases: its waits often end while a handover races
+	// them.
+	Contender bool `json:"contender"`
 }
 
 // bareLease is a guard.Lease without Done or Err.
@@ -138,7 +142,9 @@ func (w *worker) run(ctx context.Context) error {
 		})
 	}
 	defer rdb.Close()
-	fc, err := fence.New(rdb, fence.WithPrefix(w.cfg.Prefix), fence.WithLease(lease))
+	// A waiter's liveness of one lease: a worker killed while it waits
+	// delays the others about as long as one killed while it holds.
+	fc, err := fence.New(rdb, fence.WithPrefix(w.cfg.Prefix), fence.WithLease(lease), fence.WithLiveness(lease))
 	if err != nil {
 		return err
 	}
@@ -170,7 +176,11 @@ func (w *worker) run(ctx context.Context) error {
 
 	for ctx.Err() == nil {
 		res := w.cfg.Resources[w.rng.IntN(len(w.cfg.Resources))]
-		actx, cancel := context.WithTimeout(ctx, 3*lease)
+		limit := 3 * lease
+		if w.cfg.Contender {
+			limit = lease/4 + time.Duration(w.rng.Int64N(int64(7*lease/4)))
+		}
+		actx, cancel := context.WithTimeout(ctx, limit)
 		l, err := fc.Acquire(actx, res)
 		cancel()
 		if err != nil {

@@ -50,6 +50,7 @@ func main() {
 		bare      = flag.Bool("bare-lease", true, "odd-numbered workers give guard.Exec a bare lease (no Done channel): the database alone must reject their stale writes")
 		idle      = flag.Duration("idle-timeout", 0, "pgfence.WithIdleTimeout for the workers' stores (0: off, the library default)")
 		workers   = flag.Int("workers", 3, "worker processes per trial")
+		contend   = flag.Int("contenders", 2, "worker processes added per trial that wait with short random limits, leaving the locks' queues while handovers race them (0: none)")
 		resources = flag.Int("resources", 2, "resources per trial")
 		verbose   = flag.Bool("v", false, "one line per trial")
 
@@ -72,7 +73,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	cfg := chaos.Config{Trials: *trials, Seed: *seed, Guard: *guardOn, Kinds: ks, Workers: *workers,
+	contenders := *contend
+	if contenders == 0 {
+		contenders = -1 // Config's zero is the default
+	}
+	cfg := chaos.Config{Trials: *trials, Seed: *seed, Guard: *guardOn, Kinds: ks, Workers: *workers, Contenders: contenders,
 		Resources: *resources, Lease: *lease, IdleTimeout: *idle, BareLeases: *bare, WorkerCommand: chaos.SelfCommand, Verbose: *verbose}
 	fmt.Printf("chaos: seed %d (rerun with -seed %d)\n", *seed, *seed)
 	failed := false
