@@ -168,9 +168,9 @@ func (n *notifier) register(w *waiter) (warm bool) {
 }
 
 // unregister removes w. When w was this client's first waiter of the name
-// and others remain, the new first one is returned: it takes over the
-// polls at the holder's expiry (see waiter.nextBeat). The channel lingers
-// subscribed after its last waiter.
+// and others remain, the new first one is returned (it takes over the
+// polls at the holder's expiry from its next answer on, see
+// waiter.nextBeat). The channel lingers subscribed after its last waiter.
 func (n *notifier) unregister(w *waiter) (newFirst *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -153,22 +153,27 @@ end
 -- waiter that left or was dropped, so a heartbeat that arrives after its
 -- waiter's leave.lua cannot queue it again. Returns whether id is queued.
 local function keep(id, grant_lease, liveness, join)
-  local had = redis.call('HEXISTS', KEYS[4], id) == 1
-  if not had and not join then
+  local v = fmt(math.floor(now() / 1000) + liveness) .. ':' .. grant_lease
+  local joined = false
+  if join then
+    joined = redis.call('HSET', KEYS[4], id, v) == 1
+    if joined then
+      redis.call('RPUSH', KEYS[3], id)
+    end
+  elseif redis.call('HEXISTS', KEYS[4], id) == 1 then
+    redis.call('HSET', KEYS[4], id, v)
+  else
     return false
   end
-  local dl = math.floor(now() / 1000) + liveness
-  redis.call('HSET', KEYS[4], id, fmt(dl) .. ':' .. grant_lease)
-  if not had then
-    redis.call('RPUSH', KEYS[3], id)
-  end
   -- The queue outlives the longest-lived waiter by a liveness period and
-  -- then expires by itself: abandoned when every waiter died.
-  -- A joiner may have made the list anew (an emptied list is deleted):
-  -- it gets the hash's expiry, so that both keys go together.
+  -- then expires by itself: abandoned when every waiter died. The expiry
+  -- moves when it is within 1.5 liveness periods (a heartbeat every
+  -- liveness/3 then moves it about every other time), and on a join, which
+  -- may have made the list anew (an emptied list is deleted): the list
+  -- gets the hash's expiry, so that both keys go together.
   local ttl = 2 * liveness
   local pttl = redis.call('PTTL', KEYS[4])
-  if not had or pttl < ttl then
+  if joined or pttl < 1.5 * liveness then
     ttl = math.max(ttl, pttl)
     redis.call('PEXPIRE', KEYS[4], ttl)
     redis.call('PEXPIRE', KEYS[3], ttl)

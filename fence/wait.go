@@ -182,9 +182,10 @@ func (w *waiter) take(ctx context.Context) (*Lock, error) {
 	value, start, px, reacq := w.value, w.start, w.px, w.reacq
 	w.mu.Unlock()
 	w.unschedule()
-	if nf := c.notify.unregister(w); nf != nil {
-		c.wd.beatSoon(nf)
-	}
+	// The next waiter of this client takes over the polls at the holder's
+	// expiry from its next answer on (see nextBeat): the lock has a holder
+	// now, so it need not heartbeat at once.
+	c.notify.unregister(w)
 	if w.cfg.replicas > 0 {
 		s := time.Now()
 		if acks, err := c.confirmReplicas(ctx, w.k.lock, value, w.cfg); err != nil || acks < int64(w.cfg.replicas) {
@@ -227,9 +228,7 @@ func (w *waiter) leaveOrTake(ctx context.Context) (l *Lock, ok bool) {
 func (w *waiter) leave() {
 	c := w.c
 	idle := w.unschedule()
-	if nf := c.notify.unregister(w); nf != nil {
-		c.wd.beatSoon(nf)
-	}
+	c.notify.unregister(w) // leave.lua hands a free lock to the queue's head itself
 	run := func() {
 		if idle != nil {
 			t := time.NewTimer(releaseTimeout)
