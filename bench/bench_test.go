@@ -11,7 +11,13 @@ import (
 	"github.com/fencelock/fencelock/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(waiterProcEnv) != "" {
+		waiterMain() // a waiter process of the headkill scenario
+		return
+	}
+	testenv.Main(m)
+}
 
 // TestHarnessQuick runs every scenario at toy sizes: it checks that the
 // harness works end to end (servers, all three libraries, Postgres, the
@@ -27,7 +33,7 @@ func TestHarnessQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"rtt", "uncontended", "parallel", "handoff", "contended", "renewal", "guard", "sqlfence", "sync", "outbox", "cluster"} {
+	for _, name := range []string{"rtt", "uncontended", "parallel", "handoff", "handoff2", "fair", "queue", "headkill", "contended", "renewal", "guard", "sqlfence", "sync", "outbox", "cluster"} {
 		s, ok := res.Scenarios[name]
 		if !ok {
 			t.Errorf("scenario %s did not run", name)

@@ -79,6 +79,31 @@ func evaluateGoals(r *results) {
 		big := r.Config.RenewalLocks[len(r.Config.RenewalLocks)-1]
 		r.addGoal("cluster", fmt.Sprintf("%d locks on 3 masters: renewal time/period ≤ 1.2 × hand-written cluster pipeline", big), ratio("cluster", fmt.Sprintf("busy/floor %d", big)), 1.2, true, "busy = union of fence's renewal pipelines on all nodes")
 	}
+	// The fair lock (issue "a fair lock across processes"), against the
+	// pre-queue library measured in the same run.
+	if _, ok := r.Scenarios["handoff2"]; ok {
+		r.addGoal("handoff2", "2 clients: gap median ≤ 2 × PING after the same idle (fence gap/PING after idle)", ratio("handoff2", "fence/PING_after_idle"), 2.0, true, "aim 1.5; against back-to-back PING: see fence/PING")
+		r.addGoal("handoff2", "2 clients: ≥ 3× better than today (today gap/fence gap)", ratio("handoff2", todayName+"/fence"), 3.0, false, "")
+	}
+	if _, ok := r.Scenarios["fair"]; ok {
+		r.addGoal("fair", "4 clients × 4 goroutines: min/max acquisitions per client ≥ 0.9", med("fair", "fence", "min_max"), 0.9, false, "")
+		r.addGoal("fair", "grants out of arrival order = 0 (max over repetitions)", maxOf(r.Scenarios["fair"].get("fence", "out_of_order")), 0, true, "")
+		r.addGoal("fair", "contended acquisitions/s ≥ today (fence/today)", ratio("fair", "acq_per_s fence/"+todayName), 1.0, false, "")
+		r.addGoal("fair", "Redis CPU per contended acquisition ≤ 1.3 × today (fence/today)", ratio("fair", "redis_cpu fence/"+todayName), 1.3, true, "")
+	}
+	if _, ok := r.Scenarios["uncontended"]; ok {
+		r.addGoal("uncontended", "acquire+release ≤ 1.05 × today (fence/today)", ratio("uncontended", "fence/"+todayName), 1.05, true, "")
+	}
+	if _, ok := r.Scenarios["parallel"]; ok {
+		r.addGoal("parallel", "Redis CPU per acquire+release ≤ today (fence/today)", ratio("parallel", "redis_cpu fence/"+todayName), 1.0, true, "")
+	}
+	if _, ok := r.Scenarios["queue"]; ok {
+		r.addGoal("queue", fmt.Sprintf("%d queued waiters: ≤ 200 B of Redis memory per waiter", r.Config.QueueWaiters), med("queue", "fence", "memory_per_waiter_bytes"), 200, true, "INFO used_memory delta")
+		r.addGoal("queue", fmt.Sprintf("%d queued waiters: a release ≤ 50 µs in SLOWLOG (max)", r.Config.QueueWaiters), maxOf(r.Scenarios["queue"].get("fence", "release_slowlog_us")), 50, true, "")
+	}
+	if _, ok := r.Scenarios["headkill"]; ok {
+		r.addGoal("headkill", "5 waiters SIGKILLed at the head (liveness 3 s): next live waiter holds within 4 s (max)", maxOf(r.Scenarios["headkill"].get("fence", "next_holder_s")), 4, true, "")
+	}
 	if _, ok := r.Scenarios["guard"]; ok {
 		r.addGoal("guard", "guarded/plain ≤ 1.15, direct", ratio("guard", "guarded/plain direct"), 1.15, true, "")
 		r.addGoal("guard", "guarded+key/plain ≤ 1.20, direct", ratio("guard", "guarded+key/plain direct"), 1.20, true, "")

@@ -50,6 +50,11 @@ type config struct {
 	OutboxLatencyN   int           `json:"outbox_latency_n"`
 	OutboxPollN      int           `json:"outbox_poll_n"`
 	OutboxBacklog    int           `json:"outbox_backlog"`
+	FairClients      int           `json:"fair_clients"`
+	FairGoroutines   int           `json:"fair_goroutines"`
+	FairHold         time.Duration `json:"fair_hold_ns"`
+	QueueWaiters     int           `json:"queue_waiters"`
+	HeadLiveness     time.Duration `json:"head_liveness_ns"`
 	Only             []string      `json:"only,omitempty"`
 }
 
@@ -63,6 +68,7 @@ func defaultConfig() config {
 		GuardTxDirect: 400, GuardTxProxied: 60, ProxyDelay: time.Millisecond,
 		SyncRows:       10000,
 		OutboxLatencyN: 200, OutboxPollN: 30, OutboxBacklog: 20000,
+		FairClients: 4, FairGoroutines: 4, FairHold: time.Millisecond, QueueWaiters: 10000, HeadLiveness: 3 * time.Second,
 	}
 }
 
@@ -76,6 +82,7 @@ func quickConfig() config {
 		GuardTxDirect: 10, GuardTxProxied: 3, ProxyDelay: time.Millisecond,
 		SyncRows:       50,
 		OutboxLatencyN: 5, OutboxPollN: 2, OutboxBacklog: 200,
+		FairClients: 2, FairGoroutines: 2, FairHold: time.Millisecond, QueueWaiters: 200, HeadLiveness: 500 * time.Millisecond,
 	}
 }
 
@@ -92,6 +99,10 @@ func (c config) wants(s string) bool {
 }
 
 func main() {
+	if os.Getenv(waiterProcEnv) != "" {
+		waiterMain() // a waiter process of the headkill scenario
+		return
+	}
 	out := flag.String("out", "results/latest.json", "where to write the JSON results (empty: do not write)")
 	quick := flag.Bool("quick", false, "tiny run (harness smoke test); figures mean nothing")
 	pin := flag.Bool("pin", true, "pin servers to CPU 0 and the client to CPU 1 with GOMAXPROCS=1")
@@ -221,6 +232,10 @@ func run(ctx context.Context, cfg config, pin bool, cpuprofile string, log io.Wr
 		{"uncontended", runUncontended},
 		{"parallel", runParallel},
 		{"handoff", runHandoff},
+		{"handoff2", runHandoff2},
+		{"fair", runFair},
+		{"queue", runQueue10k},
+		{"headkill", runHeadKill},
 		{"contended", runContended},
 		{"renewal", runRenewal},
 		{"guard", runGuard},

@@ -102,6 +102,7 @@ func runUncontended(ctx context.Context, e *env, res *results) error {
 		s.set(l.Name(), "latency_us", newFigure("µs", repMed[l.Name()], pooled[l.Name()]))
 	}
 	s.Ratios["fence/2xPING"] = pairedRatio(repMed["fence"], twoPing)
+	s.Ratios["fence/"+todayName] = pairedRatio(repMed["fence"], repMed[todayName])
 	best := bestPeerPerRep(repMed, e.peerNames(), true)
 	s.Ratios["fence/fastest_peer"] = pairedRatio(repMed["fence"], best)
 	for _, p := range e.peerNames() {
@@ -114,7 +115,7 @@ func runUncontended(ctx context.Context, e *env, res *results) error {
 func (e *env) peerNames() []string {
 	var out []string
 	for _, l := range e.libs {
-		if l.Name() != "fence" {
+		if l.Name() != "fence" && l.Name() != todayName {
 			out = append(out, l.Name())
 		}
 	}
@@ -179,6 +180,7 @@ func runParallel(ctx context.Context, e *env, res *results) error {
 	}
 	best := bestPeerPerRep(rates, e.peerNames(), false)
 	s.Ratios["fence/best_peer"] = pairedRatio(rates["fence"], best)
+	s.Ratios["redis_cpu fence/"+todayName] = pairedRatio(srvUs["fence"], srvUs[todayName])
 	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition. redis_cpu_us_per_op: Redis server CPU (INFO cpu, user+sys) per acquire+release; client_cpu_us_per_op: the bench process' CPU (getrusage) per acquire+release. Whichever side saturates its core bounds ops/s.", w, e.cfg.ParallelDur))
 	return nil
 }

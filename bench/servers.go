@@ -127,7 +127,11 @@ func (e *env) startLibs() error {
 		return fmt.Errorf("fence.New: %w", err)
 	}
 	e.fence = f
-	e.libs = []locker{f, newRedsyncLocker(e.redis.Addr), newRedislockLocker(e.redis.Addr, redislockBackoff, "redislock")}
+	today, err := newTodayLocker(e.redis.Addr)
+	if err != nil {
+		return fmt.Errorf("prequeue.New: %w", err)
+	}
+	e.libs = []locker{f, newRedsyncLocker(e.redis.Addr), newRedislockLocker(e.redis.Addr, redislockBackoff, "redislock"), today}
 	e.fastPoll = newRedislockLocker(e.redis.Addr, fastPollBackoff, fastPollName)
 	return nil
 }
@@ -149,6 +153,7 @@ func librarySettings() map[string]string {
 		"redsync":    "github.com/go-redsync/redsync/v4, one pool (goredis v9), NewMutex defaults: expiry 8 s, 32 tries, retry delay random 50–250 ms",
 		"redislock":  fmt.Sprintf("github.com/bsm/redislock, Obtain with TTL %v and RetryStrategy LinearBackoff(%v) (its documented example; no retry by default)", peerTTL, redislockBackoff),
 		fastPollName: fmt.Sprintf("informational only, in handoff and contended: redislock with LinearBackoff(%v), not its documented setting; never used as the best peer in a goal", fastPollBackoff),
+		todayName:    "fence before the queue of waiters (bench/internal/prequeue, a frozen copy of fence at commit a7243a4), same defaults: the baseline of the fair lock's goals, measured in the same run; never a peer",
 		"go-redis":   fmt.Sprintf("each library has its own go-redis v9 client, PoolSize %d (default would be 10 with GOMAXPROCS=1)", poolSize),
 	}
 }

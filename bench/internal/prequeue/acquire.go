@@ -1,0 +1,340 @@
+package prequeue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencelock/fencelock/internal/oneline"
+	"github.com/redis/go-redis/v9"
+)
+
+// The acquire path: TryAcquire, Acquire (whose wait for a held lock is in
+// waiter.go), Do, and the attempt they share.
+
+// holderFor is the holder id of one acquisition call: the configured one,
+// or a random one kept for every attempt of the call (so that an attempt
+// whose reply was lost is taken back by the next).
+func holderFor(cfg config) string {
+	if cfg.holder != "" {
+		return cfg.holder
+	}
+	return newHolderID()
+}
+
+// TryAcquire makes one attempt to acquire name: one round trip. It returns
+// an error matching [ErrNotAcquired] when another holder has the lock, or
+// when ctx is done (the error then also matches ctx's error). ctx bounds
+// the round trip. With [WithHolder], a lock held by that same holder id is
+// handed back (see [WithHolder]).
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	cfg, err := c.lockConfig(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	holder := holderFor(cfg)
+	l, rep, err := c.attempt(ctx, name, keysFor(cfg.prefix, name), cfg, holder)
+	switch {
+	case err != nil:
+		err = c.attemptErr(ctx, name, err, nil)
+	case l == nil:
+		err = fmt.Errorf("%w: %q is held by another holder (expires in %v)",
+			ErrNotAcquired, name, time.Duration(rep.pttl)*time.Millisecond)
+	}
+	c.observeAcquire(ctx, name, holder, start, 0, l, rep, err)
+	return l, err
+}
+
+// Acquire acquires name, waiting while another holder has it: it wakes on
+// that holder's release message, or when the lock's expiry has passed. The
+// wait ends at the earlier of ctx's end and the wait limit (see "Waiting"
+// in the package documentation); Acquire then returns an error matching
+// [ErrNotAcquired] and the reason (ctx's error, or the wait limit's, which
+// matches [context.DeadlineExceeded]), joined with the last transient
+// error, if any. It returns [ErrClosed] when the client is closed
+// meanwhile. Transient errors — the node unreachable, a failover or slot
+// move under way (READONLY, LOADING, MOVED, CLUSTERDOWN) — are waited
+// through, retrying with a backoff of at most 250 ms; any other Redis
+// error (a script error, a denied command) is returned at once. With
+// [WithHolder], a lock held by that same holder id is handed back at once.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	cfg, err := c.lockConfig(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	holder := holderFor(cfg)
+	k := keysFor(cfg.prefix, name)
+	// Every attempt, the first too, is bounded by the wait's end: an
+	// attempt that meets an outage (dials retried with backoff) ends with
+	// the wait, not at ctx's later deadline.
+	wctx, cancel := waitContext(ctx, cfg, start)
+	defer cancel()
+	// Uncontended path: one round trip, no subscription. Skipped when
+	// waiters of this client already queue for the name: the lock goes
+	// to them first (see waiter).
+	var (
+		rep     acquireReply
+		lastErr error
+	)
+	if !c.waiter.queued(k.channel) {
+		var l *Lock
+		l, rep, err = c.attempt(wctx, name, k, cfg, holder)
+		// A transient error (failover, restart) is waited through, like
+		// a held lock.
+		if l != nil || (err != nil && (!transient(err) || ctxEnded(wctx))) {
+			err = c.attemptErr(wctx, name, err, nil)
+			c.observeAcquire(ctx, name, holder, start, 0, l, rep, err)
+			return l, err
+		}
+		lastErr = err
+	}
+	return c.wait(ctx, wctx, name, k, cfg, holder, start, rep, lastErr)
+}
+
+// waitContext is the context that bounds an Acquire: ctx, ended at the
+// wait limit when WithWaitLimit was given or ctx has no deadline (so that
+// a wait always ends).
+func waitContext(ctx context.Context, cfg config, start time.Time) (context.Context, context.CancelFunc) {
+	if _, has := ctx.Deadline(); cfg.waitLimitSet || !has {
+		return context.WithDeadlineCause(ctx, start.Add(cfg.waitLimit), cfg.waitLimitErr)
+	}
+	return ctx, func() {}
+}
+
+func (c *Client) observeAcquire(ctx context.Context, name, holder string, start time.Time, waited time.Duration,
+	l *Lock, rep acquireReply, err error) {
+	if len(c.obs.acquire) == 0 {
+		return
+	}
+	e := AcquireEvent{Name: name, Holder: holder, Duration: time.Since(start), Waited: waited, Err: err}
+	if l != nil {
+		e.Token, e.Reacquired = l.token, rep.reacquired
+	} else if rep.pttl != 0 {
+		e.Remaining = pttlDuration(rep.pttl)
+	}
+	c.obs.onAcquire(ctx, e)
+}
+
+func pttlDuration(pttl int64) time.Duration {
+	if pttl < 0 {
+		return -1
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
+// attemptErr turns an attempt's error into the caller's. An attempt or
+// wait that ended with ctx (or the wait context) matches ErrNotAcquired
+// and the context's cause, joined with the last transient error: last, or
+// err itself when the end cut short an attempt that met one, or what
+// dialCause finds when go-redis's retries hid the cause behind the
+// context's error. Other Redis errors are the attempt's, with the name;
+// fence's own (ErrClosed, *ReplicaSyncError) pass as they are.
+func (c *Client) attemptErr(ctx context.Context, name string, err, last error) error {
+	var (
+		rse    *ReplicaSyncError
+		unsent unsentError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrClosed) || errors.As(err, &rse):
+		return err
+	case ctxEnded(ctx):
+		switch {
+		case transient(err):
+			last = err
+		case last == nil && !errors.As(err, &unsent):
+			last = c.dialCause(name)
+		}
+		return waitEndErr(ctx, name, last)
+	}
+	return fmt.Errorf("fence: acquire %q: %w", name, err)
+}
+
+// unsentError is an attempt's error when its context was done before
+// anything was sent.
+type unsentError struct{ err error }
+
+func (e unsentError) Error() string { return e.err.Error() }
+func (e unsentError) Unwrap() error { return e.err }
+
+// waitEndErr is the error of an acquisition that ended with ctx: it
+// matches ErrNotAcquired and ctx's cause, and last, the transient error
+// the wait was riding out, if any (an outage is then told apart from
+// contention).
+func waitEndErr(ctx context.Context, name string, last error) error {
+	err := notAcquiredCtx(ctx, name)
+	if last != nil {
+		err = fmt.Errorf("%w; last error: %w", err, last)
+	}
+	return err
+}
+
+// ctxEnded is ctx.Err() != nil, also in the instant after its deadline
+// passed and before its Done closes: a connection deadline set from ctx
+// (ContextTimeoutEnabled) can fire first.
+func ctxEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+func notAcquiredCtx(ctx context.Context, name string) error {
+	cause := context.Cause(ctx)
+	if cause == nil { // deadline passed, Done not closed yet
+		cause = context.DeadlineExceeded
+	}
+	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, name, cause)
+}
+
+// Do acquires name (waiting like [Client.Acquire]), runs fn with a context
+// that is cancelled when ctx is done or the lock is lost, and releases the
+// lock. It returns fn's error joined with the lock's loss ([ErrLockLost],
+// [ErrMaxHold]) if the lock was lost while fn ran (once: an error of fn
+// that wraps the loss is returned alone), or with the release error.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	if fn == nil {
+		return invalidOption("Do(%q): fn is nil", name)
+	}
+	l, err := c.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	ferr := fn(fctx, l)
+	stop()
+	cancel(nil)
+	lost := l.Err()
+	rerr := l.Release(ctx)
+	switch {
+	case lost == nil:
+		return oneline.Join(ferr, rerr)
+	case errors.Is(ferr, lost):
+		// fn returned the loss already (wrapped, as guard.Exec does):
+		// once is enough.
+		return ferr
+	}
+	return oneline.Join(ferr, lost)
+}
+
+// attempt runs the acquire script once. It returns the lock, or the reply
+// saying the lock is held.
+func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, holder string) (*Lock, acquireReply, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, acquireReply{}, unsentError{err} // a done ctx sends nothing
+	}
+	call := scriptCall{keys: []string{k.lock, k.seq}, args: []any{holder, cfg.leaseArg, seqIdleExpiry}}
+	start := time.Now()
+	var (
+		rep  acquireReply
+		acks int64
+		err  error
+	)
+	if cfg.replicas > 0 {
+		rep, acks, err = c.acquireAndWait(ctx, call, cfg)
+	} else {
+		var v any
+		v, err = acquireScript.Run(ctx, c.rdb, call.keys, call.args...).Result()
+		if err == nil {
+			rep, err = parseAcquire(v)
+		}
+	}
+	if err != nil {
+		c.refreshTopology(err)
+		return nil, acquireReply{}, err // the caller names the call (attemptErr)
+	}
+	if !rep.acquired {
+		return nil, rep, nil
+	}
+	// The holder and the value share the reply's string (no copies).
+	l := &Lock{c: c, name: name, keys: k, holder: rep.value[len(rep.value)-len(holder):], token: rep.token,
+		value: rep.value, valueArg: rep.value, keyArgs: call.keys[:1:1], leaseArg: cfg.leaseArg, fixed: cfg.fixed,
+		acquiredAt: start, lease: cfg.lease, renewAt: start.Add(cfg.lease / 3), idx: -1}
+	// The lock's context carries ctx's values (trace ids), not its
+	// cancellation; no goroutine: the parent never ends.
+	l.vctx = ctx
+	if ctx.Done() != nil {
+		l.vctx = context.WithoutCancel(ctx)
+	}
+	l.ctx, l.cancel = context.WithCancelCause(l.vctx)
+	l.setDeadlineFrom(start, cfg.lease)
+	if cfg.maxHold > 0 {
+		l.maxHoldAt = start.Add(cfg.maxHold)
+	}
+	if cfg.replicas > 0 && acks < int64(cfg.replicas) {
+		_ = c.release(ctx, l)
+		l.cancel(ErrReleased)
+		return nil, acquireReply{}, &ReplicaSyncError{Name: name, Want: cfg.replicas, Got: int(acks), Timeout: cfg.replicaTimeout}
+	}
+	c.mu.Lock()
+	if c.isClosed() {
+		c.mu.Unlock()
+		_ = c.release(ctx, l)
+		l.cancel(ErrClosed)
+		return nil, acquireReply{}, ErrClosed
+	}
+	old := c.locks[k.lock]
+	if old != nil && rep.reacquired && old.value == rep.value && c.wd.refreshed(old, start, cfg.lease) {
+		// This client's own lock, taken again by its holder id: the same
+		// Lock, its lease restarted (not re-entrancy: one Release ends it).
+		c.mu.Unlock()
+		l.cancel(ErrReleased)
+		return old, rep, nil
+	}
+	c.locks[k.lock] = l
+	c.wd.add(l)
+	c.mu.Unlock()
+	if old != nil && old.value != l.value {
+		// The server gave the name to a new acquisition: the old one is
+		// no longer held, whatever its deadline says.
+		c.wd.lose(old, &LostError{Name: name, Token: old.token, Reason: ReasonTaken, TakenBy: l.holder, TakenToken: l.token}, time.Now())
+	}
+	return l, rep, nil
+}
+
+// acquireAndWait runs the acquire script and WAIT in one pipeline on one
+// connection: WAIT counts the replicas that have the writes of its own
+// connection.
+func (c *Client) acquireAndWait(ctx context.Context, call scriptCall, cfg config) (acquireReply, int64, error) {
+	var node scripter = c.rdb
+	if c.router != nil {
+		n, err := c.router.MasterForKey(ctx, call.keys[0])
+		if err != nil {
+			return acquireReply{}, 0, err
+		}
+		node = n
+	}
+	for try := 0; ; try++ {
+		pipe := node.Pipeline()
+		var acq *redis.Cmd
+		if try == 0 {
+			acq = acquireScript.EvalSha(ctx, pipe, call.keys, call.args...)
+		} else { // EVAL loads the script without SCRIPT LOAD (see execScripts)
+			acq = acquireScript.Eval(ctx, pipe, call.keys, call.args...)
+		}
+		wait := pipe.Do(ctx, "wait", cfg.replicas, cfg.replicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		if isNoScript(acq.Err()) && try == 0 {
+			continue
+		}
+		v, err := acq.Result()
+		if err != nil {
+			return acquireReply{}, 0, err
+		}
+		rep, err := parseAcquire(v)
+		if err != nil {
+			return acquireReply{}, 0, err
+		}
+		acks, err := wait.Int64()
+		if err != nil && rep.acquired {
+			acks = 0 // the lock is released by the caller: no acknowledged copy
+		}
+		return rep, acks, nil
+	}
+}

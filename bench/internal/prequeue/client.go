@@ -1,0 +1,223 @@
+package prequeue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock/internal/oneline"
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisClient is the part of a go-redis v9 client that fence uses: scripts,
+// pipelines and pub/sub. [*redis.Client] (one server, or a failover client
+// from [redis.NewFailoverClient], which follows Sentinel to the master),
+// [*redis.ClusterClient] and [redis.UniversalClient] satisfy it; so does a
+// wrapper of one of them. [*redis.Ring] is refused by [New]: a Ring picks
+// each key's server from its own view of which shards are up, so two
+// clients that disagree (one missed a shard's heartbeat) would lock the
+// same name on two servers, and nothing would exclude them.
+//
+// A client that also has MasterForKey (as [*redis.ClusterClient] does) is
+// treated as a cluster: sharded pub/sub, and [WithReplicaSync]'s WAIT on
+// the key's master.
+type RedisClient interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+var (
+	_ RedisClient = (*redis.Client)(nil)
+	_ RedisClient = (*redis.ClusterClient)(nil)
+	_ RedisClient = redis.UniversalClient(nil)
+	_ keyRouter   = (*redis.ClusterClient)(nil)
+)
+
+// keyRouter is the cluster part of a client: the master node of a key.
+type keyRouter interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+}
+
+// scripter is what running a script in one round trip or a pipeline of
+// scripts needs.
+type scripter interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+// Client acquires locks on one Redis deployment. It owns one watchdog
+// goroutine pair and at most one pub/sub connection (per cluster node);
+// [Client.Close] stops them. It is safe for concurrent use.
+type Client struct {
+	rdb     RedisClient
+	router  keyRouter // nil unless a cluster
+	cfg     config
+	obs     *observers
+	cluster bool // sharded pub/sub, WAIT on the key's master
+	wd      *watchdog
+	waiter  *waiter
+	closing chan struct{}
+	closed  atomic.Bool
+
+	mu sync.Mutex
+	// locks holds the locks acquired and neither released nor lost, by
+	// lock key: a lock leaves it when it ends, so a client that lets
+	// fixed-lease locks expire keeps nothing of them.
+	locks map[string]*Lock
+
+	checks serverChecks // see serverchecks.go
+}
+
+// New returns a Client on rdb (see [RedisClient] for the clients that
+// work). opts set the client's behaviour and the defaults of its
+// acquisitions; a bad option is an error. For renewals to give up on a
+// dead connection at the lock's deadline rather than at the client's read
+// timeout, create rdb with ContextTimeoutEnabled; losses are signalled on
+// time either way.
+func New(rdb RedisClient, opts ...ClientOption) (*Client, error) {
+	if err := checkRedisClient(rdb); err != nil {
+		return nil, err
+	}
+	cfg := defaultConfig()
+	if err := cfg.applyClient(opts); err != nil {
+		return nil, err
+	}
+	router, _ := rdb.(keyRouter)
+	c := &Client{rdb: rdb, router: router, cfg: cfg, obs: newObservers(cfg), cluster: router != nil,
+		closing: make(chan struct{}), locks: map[string]*Lock{}}
+	c.waiter = newWaiter(c)
+	c.wd = newWatchdog(c)
+	c.startServerChecks()
+	return c, nil
+}
+
+func checkRedisClient(rdb RedisClient) error {
+	if rdb == nil {
+		return invalidOption("New: the Redis client is nil")
+	}
+	if v := reflect.ValueOf(rdb); v.Kind() == reflect.Pointer && v.IsNil() {
+		return invalidOption("New: the Redis client is a nil %T", rdb)
+	}
+	if _, ok := rdb.(*redis.Ring); ok {
+		return invalidOption("New: *redis.Ring is refused: each Ring client maps a name to a server by its own view " +
+			"of which shards are up, so two clients can lock one name on two servers; use a *redis.Client, " +
+			"a failover client or a *redis.ClusterClient")
+	}
+	return nil
+}
+
+func (c *Client) isClosed() bool { return c.closed.Load() }
+
+func (c *Client) lockConfig(name string, opts []LockOption) (config, error) {
+	if c.isClosed() {
+		return config{}, ErrClosed
+	}
+	if err := validateName(name); err != nil {
+		return config{}, err
+	}
+	if len(opts) == 0 {
+		return c.cfg, nil
+	}
+	cfg := c.cfg
+	if err := cfg.applyLock(opts); err != nil {
+		return config{}, err
+	}
+	return cfg, nil
+}
+
+// newest reports whether no later lock of l's name was acquired by this
+// client since l ended.
+func (c *Client) newest(l *Lock) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur := c.locks[l.keys.lock]
+	return cur == nil || cur == l
+}
+
+// forget drops l from the client's locks (a newer lock of the same name
+// stays).
+func (c *Client) forget(l *Lock) {
+	c.mu.Lock()
+	if c.locks[l.keys.lock] == l {
+		delete(c.locks, l.keys.lock)
+	}
+	c.mu.Unlock()
+}
+
+// Close releases the locks the client still holds (those whose deadline
+// has not passed; in one pipelined round trip, detached from ctx's
+// cancellation, bounded by its deadline and by 5 s), cancels their
+// contexts with [ErrClosed], ends waiting acquisitions, and stops the
+// watchdog and the pub/sub connection. Every later call returns
+// [ErrClosed]. It returns the release errors other than "not held".
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.closed.Store(true)
+	close(c.closing)
+	now := time.Now().UnixNano()
+	locks := make([]*Lock, 0, len(c.locks))
+	for _, l := range c.locks {
+		l.released.Store(true)
+		c.wd.remove(l)
+		l.cancel(ErrClosed)
+		// Past its deadline a lock is no longer ours to release (the
+		// server may have given it to someone else already).
+		if l.deadline.Load() > now {
+			locks = append(locks, l)
+		}
+	}
+	c.locks = nil
+	c.mu.Unlock()
+
+	var errs []error
+	if len(locks) > 0 {
+		calls := make([]scriptCall, len(locks))
+		for i, l := range locks {
+			calls[i] = l.releaseCall()
+		}
+		// Detached from ctx's cancellation like Release, bounded by its
+		// deadline or closeTimeout, whichever comes first.
+		dl := time.Now().Add(closeTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+			dl = d
+		}
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
+		start := time.Now()
+		cmds := execScripts(rctx, c.rdb, releaseScript, calls)
+		took := time.Since(start)
+		cancel()
+		for i, cmd := range cmds {
+			n, err := cmd.Int64()
+			switch {
+			case err != nil:
+				err = fmt.Errorf("fence: close: release %q: %w", locks[i].name, err)
+				errs = append(errs, err)
+			default:
+				err = c.releaseOutcome(locks[i], n)
+			}
+			c.obs.onRelease(ctx, ReleaseEvent{Name: locks[i].name, Token: locks[i].token,
+				Held: time.Since(locks[i].acquiredAt), Duration: took, Err: err})
+		}
+	}
+	c.wd.close()
+	c.waiter.close()
+	c.waitServerChecks()
+	return oneline.Join(errs...)
+}
+
+func newHolderID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go ≥ 1.24)
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,142 @@
+package prequeue
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// What fence needs of the server, and how it copes with less.
+//
+// ACL: fence runs its scripts with EVALSHA, and after a script-cache miss
+// (a restart, a failover) with EVAL, which caches the script again. It
+// never needs SCRIPT LOAD, so a user restricted with +@all -script works.
+// PUBLISH/SPUBLISH only wake waiters: when it is denied, a release still
+// deletes the key and reports success, and fence warns once that waiters
+// in other processes wake at the lock's expiry instead. A user that may
+// not SUBSCRIBE waits on expiry alone (with a warning from the waiter).
+//
+// Eviction: with maxmemory set and any policy but noeviction, Redis may
+// evict a lock key (every fence key has an expiry, so the volatile-*
+// policies pick among them too): a competitor then acquires at once and
+// the holder learns it at its next renewal. The check runs once per
+// client, in the background from New (see "Server configuration" in the
+// package documentation for why there), and warns on the configuration
+// logger; [Client.Inspect] reports the node of one lock.
+
+// serverChecks holds a client's once-only checks of the server.
+type serverChecks struct {
+	publishWarned sync.Once
+	done          chan struct{} // closed when the background check ended
+}
+
+// configLogger is where warnings about the server's configuration go: the
+// WithLogger logger, else slog.Default() as it is when the warning is
+// logged (an application that sets its default logger after New still
+// gets them). These warnings are once per client, so they cannot flood a
+// log, and they name a setting that can lose locks: they must reach the
+// operator without opt-in.
+func (c *Client) configLogger() *slog.Logger {
+	if c.cfg.logSet {
+		return c.cfg.logger
+	}
+	return slog.Default()
+}
+
+// warnPublishRefused is logged once per client when release.lua reports
+// that PUBLISH/SPUBLISH was refused.
+func (c *Client) warnPublishRefused(name string) {
+	c.checks.publishWarned.Do(func() {
+		c.configLogger().Warn("fence: the Redis user may not PUBLISH/SPUBLISH: locks are released, "+
+			"but waiters in other processes wake only at the lock's expiry; grant them with "+
+			"ACL SETUSER <user> +publish +spublish",
+			slog.String("name", name))
+	})
+}
+
+// startServerChecks runs the one-time configuration checks in the
+// background (New has no context and must not block on the network). The
+// goroutine ends within checkTimeout, or when Close cancels the waiter's
+// context, and Close waits for it.
+func (c *Client) startServerChecks() {
+	done := make(chan struct{})
+	c.checks.done = done
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(c.waiter.ctx, checkTimeout)
+		defer cancel()
+		c.checkEviction(ctx)
+	}()
+}
+
+// waitServerChecks waits for the background checks (Close).
+func (c *Client) waitServerChecks() {
+	if c.checks.done != nil {
+		<-c.checks.done
+	}
+}
+
+// checkTimeout bounds the background configuration check.
+const checkTimeout = 5 * time.Second
+
+// checkEviction reads the eviction configuration of every master and
+// warns once, naming every master that may evict lock keys.
+func (c *Client) checkEviction(ctx context.Context) {
+	var (
+		mu      sync.Mutex
+		evicts  []Eviction
+		unknown error
+	)
+	check := func(ctx context.Context, node infoer) error {
+		ev, err := readEviction(ctx, node)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			unknown = err
+		case ev.Evicts():
+			evicts = append(evicts, ev)
+		}
+		return nil
+	}
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return check(ctx, node) })
+	} else if node, ok := c.rdb.(infoer); ok {
+		_ = check(ctx, node)
+	}
+	if unknown != nil {
+		// INFO denied or the server unreachable at start: nothing to say
+		// to the operator yet (Inspect and fencectl doctor report it).
+		c.cfg.logger.Debug("fence: cannot read maxmemory-policy (INFO memory)", slog.Any("err", unknown))
+	}
+	if len(evicts) == 0 {
+		return
+	}
+	nodes := make([]string, len(evicts))
+	fixes := make([]string, len(evicts))
+	for i, ev := range evicts {
+		nodes[i] = cmp.Or(ev.Addr, "the master") + " (" + ev.Policy + ")"
+		fixes[i] = "redis-cli" + hostPortArgs(ev.Addr) + " CONFIG SET maxmemory-policy noeviction"
+	}
+	c.configLogger().Warn("fence: Redis may evict lock keys: a competitor could then acquire a held lock at once, "+
+		"and its holder learns it only at its next renewal; set maxmemory-policy noeviction (and in redis.conf) "+
+		"on every server that holds locks",
+		slog.String("nodes", strings.Join(nodes, ", ")), slog.Int64("maxmemory", evicts[0].Maxmemory),
+		slog.String("fix", strings.Join(fixes, "; ")))
+}
+
+// hostPortArgs is " -h HOST -p PORT" for redis-cli, or "" when addr is
+// unknown.
+func hostPortArgs(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	return " -h " + host + " -p " + port
+}
