@@ -11,8 +11,9 @@
 --     a lost reply, or a waiter's heartbeat finding its handover; the
 --     lease restarts, the token stays;
 --   {0, pttl, now, queued}: not acquired; pttl is the holder's remaining
---     lease (-1: no expiry, 0: the queue must be cleared first, try
---     again), queued 1 when the caller is in the queue.
+--     lease (-1: no expiry, 0: free, or the queue must be cleared first:
+--     try again), queued 1 when the caller is in the queue (a heartbeat of
+--     a waiter that lost its place gets 0, and joins again with 'w').
 -- now is the server time in µs.
 --
 -- No barging: a free lock goes to the first live waiter, so a caller
@@ -48,7 +49,9 @@ if cur then
 end
 
 local id, lease, more = live_head()
-if id == me or (id == nil and not more) then
+-- A heartbeat takes the lock only for a waiter at the head of the queue:
+-- one that arrives after its waiter left (its place is gone) must not.
+if id == me or (id == nil and not more and mode ~= 'b') then
   if id == me then
     redis.call('LPOP', KEYS[3])
     redis.call('HDEL', KEYS[4], me)
