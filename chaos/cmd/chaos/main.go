@@ -58,6 +58,7 @@ func main() {
 		clusterControl = flag.Int("cluster-control", 6, "at most this many guard-off lossy-failover trials on the cluster, stopping at the first violation (0: none)")
 		clusterLease   = flag.Duration("cluster-lease", time.Second, "lock lease of the cluster trials")
 		controlLease   = flag.Duration("cluster-control-lease", 6*time.Second, "lock lease of the cluster control (long: the old holder keeps writing while the lock is taken on the promoted replica)")
+		clusterKinds   = flag.String("cluster-kinds", "", "comma-separated cluster fault kinds (default all: "+strings.Join(chaos.ClusterFaultKinds, ",")+")")
 		partial        = flag.Bool("partial-coverage", false, "cluster-require-full-coverage no (healthy masters keep answering while a dead master's slots are uncovered)")
 		outboxTrials   = flag.Int("outbox-trials", 20, "outbox relay trials after the lock runs: a writer records effects while two relay processes deliver them, one SIGKILLed at random points (0: none)")
 		outboxKills    = flag.Int("outbox-kills", 5, "relay kills per outbox trial")
@@ -119,6 +120,9 @@ func main() {
 	if *clusterTrials > 0 {
 		cc := cfg
 		cc.Cluster, cc.PartialCoverage, cc.Lease, cc.Kinds = true, *partial, *clusterLease, nil
+		if *clusterKinds != "" {
+			cc.Kinds = strings.Split(*clusterKinds, ",")
+		}
 		if *clusterControl > 0 {
 			// A failover to a replica that missed the last lock lets two
 			// holders work at once; unfenced, their writes must show.
