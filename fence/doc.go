@@ -62,6 +62,18 @@
 // raced its end is passed on at once. A queue whose waiters all died
 // expires by itself, two liveness periods after the last heartbeat.
 //
+// On a cluster the channel is a sharded one in the name's slot, and each
+// node has its own pub/sub connection whose commands are sent by a
+// goroutine of that node: no lock is held across a network call, so a
+// slow or unreachable node stalls only the waiters whose names it serves
+// (their channels move to the promoted master after a failover; on
+// Sentinel a probe finds a connection left on a demoted master). With
+// [WithReplicaSync] a handed-over lock is confirmed before Acquire
+// returns, by a renewal and WAIT on the waiter's own connection (WAIT
+// counts only the writes of the connection it runs on, and the handover
+// was written by the releaser's); too few acknowledgements pass the lock
+// on and fail the call with a [*ReplicaSyncError].
+//
 // # Fairness and its cost
 //
 // There is no barging: while a live waiter queues, a free lock goes to it,
