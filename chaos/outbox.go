@@ -87,7 +87,7 @@ type OutboxConfig struct {
 	Effects int
 	// Kills per trial (default 5).
 	Kills int
-	// Batch is the relays' claim batch (default 16).
+	// Batch is the relays' claim batch and concurrency (default 16).
 	Batch int
 	// Visibility is the relays' visibility timeout (default 2s); the
 	// send timeout is a quarter of it.
@@ -114,7 +114,7 @@ type OutboxReport struct {
 	// once: must be 0.
 	AppliedTwice int `json:"applied_twice"`
 	// Duplicates counts extra deliveries at the unfenced receiver; at most
-	// DuplicatesAllowed (a claim batch per kill).
+	// DuplicatesAllowed (the relays' concurrency per kill).
 	Duplicates        int `json:"duplicates"`
 	DuplicatesAllowed int `json:"duplicates_allowed"`
 	// EarlyRedeliveries counts effects sent again before the claim that

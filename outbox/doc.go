@@ -55,7 +55,7 @@
 //     than the longest redelivery delay ([Relay.MaxRedeliveryDelay]). An
 //     effect is sent more than once when a relay dies (or loses the
 //     database) after sending and before recording the delivery — at most
-//     its claim batch per death —, when a send overruns the send timeout,
+//     its concurrency (WithConcurrency) per death —, when a send overruns the send timeout,
 //     or when the receiver's answer is lost; every attempt carries the same
 //     Idempotency-Key. A receiver running [Receive] (guard.Exec with
 //     guard.WithKey on its own Postgres) answers a repeat 200 and applies

@@ -86,7 +86,7 @@ func startRelayProc(t testing.TB, cfg relayProcConfig) *exec.Cmd {
 
 // Two relays, one of them a process SIGKILLed at random points and
 // started again: no effect is lost; a fenced receiver applies each once;
-// an unfenced one sees duplicates, at most a claim batch per kill; rows a
+// an unfenced one sees duplicates, at most the relay's concurrency per kill; rows a
 // killed relay held are sent again once its claim's visibility timeout
 // has passed, not before. The long version of this runs in make chaos.
 func TestRelayKilled(t *testing.T) {

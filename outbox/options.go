@@ -69,8 +69,7 @@ func invalid(format string, args ...any) error {
 }
 
 // WithBatchSize sets how many rows one claim takes at most (default
-// DefaultBatchSize, 1 to 10,000). It also bounds the effects a relay that
-// is killed can have sent without acking: those are delivered again.
+// DefaultBatchSize, 1 to 10,000).
 func WithBatchSize(n int) RelayOption {
 	return relayOption(func(c *relayConfig) error {
 		if n < 1 || n > 10000 {
@@ -82,7 +81,9 @@ func WithBatchSize(n int) RelayOption {
 }
 
 // WithConcurrency sets how many sends run at once (default
-// DefaultConcurrency, 1 to 10,000).
+// DefaultConcurrency, 1 to 10,000). It also bounds the rows a relay holds
+// sent, or being sent, without their outcome recorded: what a relay that
+// dies can make go out twice.
 func WithConcurrency(n int) RelayOption {
 	return relayOption(func(c *relayConfig) error {
 		if n < 1 || n > 10000 {

@@ -56,12 +56,10 @@ type RelayStats struct {
 	// Superseded is the deliveries the receiver refused as stale (409),
 	// whose rows were deleted.
 	Superseded uint64
-	// Released is the rows handed back unsent when Run stopped.
-	Released uint64
 }
 
 type relayCounters struct {
-	claimed, sent, failed, dead, superseded, released atomic.Uint64
+	claimed, sent, failed, dead, superseded atomic.Uint64
 }
 
 // NewRelay returns a relay that delivers the effects in db's
@@ -87,7 +85,7 @@ func NewRelay(db DB, sender Sender, opts ...RelayOption) (*Relay, error) {
 func (r *Relay) Stats() RelayStats {
 	return RelayStats{
 		Claimed: r.stats.claimed.Load(), Sent: r.stats.sent.Load(), Failed: r.stats.failed.Load(),
-		Dead: r.stats.dead.Load(), Superseded: r.stats.superseded.Load(), Released: r.stats.released.Load(),
+		Dead: r.stats.dead.Load(), Superseded: r.stats.superseded.Load(),
 	}
 }
 
@@ -352,7 +350,10 @@ func (l *loop) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			break
 		}
-		if free := l.cfg.concurrency - l.inflight; due && (free >= half || l.inflight == 0) {
+		// Outcomes not yet recorded hold their slot too: a relay never
+		// holds more than its concurrency of rows sent or being sent and
+		// not recorded, which is what its death can make go out twice.
+		if free := l.cfg.concurrency - l.inflight - len(l.acks) - len(l.fails); due && free > 0 && (free >= half || l.inflight == 0) {
 			want := min(l.cfg.batch, free)
 			n, err := l.claim(ctx, want)
 			switch {

@@ -164,7 +164,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "chaos: outbox trials: %v\n", err)
 			os.Exit(1)
 		}
-		fmt.Printf("chaos: outbox: %d kills, %d effects: %d lost, %d applied twice at the fenced receiver, %d duplicates at the unfenced one (at most %d: a claim batch per kill), %d sent again early; redelivered %d-%d ms after the first send (visibility %d ms, poll %d ms)\n",
+		fmt.Printf("chaos: outbox: %d kills, %d effects: %d lost, %d applied twice at the fenced receiver, %d duplicates at the unfenced one (at most %d: the relays' concurrency per kill), %d sent again early; redelivered %d-%d ms after the first send (visibility %d ms, poll %d ms)\n",
 			orep.Kills, orep.Effects, orep.Lost, orep.AppliedTwice, orep.Duplicates, orep.DuplicatesAllowed, orep.EarlyRedeliveries,
 			orep.RedeliveryMinMS, orep.RedeliveryMaxMS, orep.VisibilityMS, orep.PollMS)
 		if orep.Failed() {
