@@ -96,8 +96,13 @@ INSERT INTO fencelock.runs (resource, run_key, token, cursor, finished, finished
 	assert.Contains(t, out, "1 applied idempotency keys (fencelock.applied)")
 	assert.Contains(t, out, "2 runs, 1 of them open (fencelock.runs)")
 	assert.Contains(t, out, "Drop it? [y/N]")
-	assert.Contains(t, errOut, "nothing was changed")
+	assert.Equal(t, "fencectl: aborted: nothing was changed\n", errOut)
 	require.True(t, schemaExists(), "no: nothing is dropped")
+	code, out, errOut = fencectlIn(t, "", "migrate", "down", "--force", "--db", db.URL)
+	assert.Equal(t, exitAborted, code, out+errOut)
+	assert.Equal(t, "fencectl: aborted: nothing was changed: stdin ended without an answer; to go ahead without asking, add --yes\n", errOut,
+		"no terminal: the error says how to answer without one")
+	require.True(t, schemaExists(), "no answer: nothing is dropped")
 
 	code, out, errOut = fencectlIn(t, "y\n", "migrate", "down", "--force", "--db", db.URL)
 	require.Equal(t, exitOK, code, out+errOut)

@@ -172,11 +172,16 @@ func (a *app) release(ctx context.Context, locks *fence.Client, name string, yes
 // returns errAborted.
 func (a *app) confirm(question string) error {
 	fmt.Fprintf(a.stdout, "%s [y/N] ", question)
-	line, _ := bufio.NewReader(a.stdin).ReadString('\n')
+	line, err := bufio.NewReader(a.stdin).ReadString('\n')
 	fmt.Fprintln(a.stdout)
 	switch strings.ToLower(strings.TrimSpace(line)) {
 	case "y", "yes":
 		return nil
+	case "":
+		if err != nil {
+			// No terminal (a script, cron, a pipe): say how to answer there.
+			return fmt.Errorf("%w: stdin ended without an answer; to go ahead without asking, add --yes", errAborted)
+		}
 	}
 	return errAborted
 }
