@@ -65,6 +65,10 @@ func TestGoBlocksBuild(t *testing.T) {
 	for _, f := range markdownFiles(t, root) {
 		for _, b := range parseBlocks(t, root, f) {
 			if b.info != "go" {
+				// Go under another tag, or none, would escape the build.
+				if strings.EqualFold(b.info, "golang") || strings.EqualFold(b.info, "go") || (b.info == "" && startsWithPackage(b.body)) {
+					t.Errorf("%s: a Go block is tagged %q: tag it ```go, so that this test builds it", b, b.info)
+				}
 				continue
 			}
 			n++
