@@ -63,6 +63,11 @@ func RelayMain() int {
 	defer pool.Close()
 	r, err := outbox.NewRelay(pool, &outbox.HTTPSender{}, outbox.WithBatchSize(cfg.Batch), outbox.WithConcurrency(cfg.Batch),
 		outbox.WithVisibilityTimeout(cfg.Visibility), outbox.WithSendTimeout(cfg.SendTimout), outbox.WithPollInterval(cfg.Poll),
+		// A send that times out on a loaded machine is retried after twice
+		// the visibility timeout: every repeat then comes at least the
+		// visibility timeout less the send timeout after the first send,
+		// which is what the trials check.
+		outbox.WithBackoff(2*cfg.Visibility, 2*cfg.Visibility),
 		outbox.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err == nil {
 		err = r.Run(ctx)
