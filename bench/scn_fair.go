@@ -390,7 +390,9 @@ func runQueue10k(ctx context.Context, e *env, res *results) error {
 		go func() { defer pw.Done(); _ = rdb.Ping(ctx).Err() }()
 	}
 	pw.Wait()
-	mem0, err := usedMemory(ctx, e.ping)
+	// The floor over the same span as afterwards: Redis frees the query
+	// buffers of connections idle for 2 s, the pool's among them.
+	mem0, _, err := usedMemoryRange(ctx, e.ping, 2*fence.DefaultLiveness/3*2)
 	if err != nil {
 		return err
 	}
@@ -419,14 +421,18 @@ func runQueue10k(ctx context.Context, e *env, res *results) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	mem1, err := usedMemory(ctx, e.ping)
+	// used_memory over two heartbeat periods: its floor is what the
+	// queue keeps; its peak adds the buffers of a heartbeat round (one
+	// pipeline of every waiter's heartbeat, read and answered at once).
+	memLow, memHigh, err := usedMemoryRange(ctx, e.ping, 2*fence.DefaultLiveness/3*2)
 	if err != nil {
 		return err
 	}
-	qb, _ := e.ping.MemoryUsage(ctx, "q10k:{long}:q").Result()
-	hb, _ := e.ping.MemoryUsage(ctx, hash).Result()
+	qb, _ := e.ping.MemoryUsage(ctx, "q10k:{long}:q", 0).Result()
+	hb, _ := e.ping.MemoryUsage(ctx, hash, 0).Result()
 	// SLOWLOG every command, then hand over a few times.
 	_ = e.ping.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err()
+	_ = e.ping.ConfigSet(ctx, "slowlog-max-len", "100000").Err() // heartbeat rounds are logged too
 	_ = e.ping.Do(ctx, "SLOWLOG", "RESET").Err()
 	l := held
 	var releases int
@@ -439,29 +445,47 @@ func runQueue10k(ctx context.Context, e *env, res *results) error {
 			return errors.New("a waiter did not get the lock")
 		}
 	}
-	entries, err := e.ping.SlowLogGet(ctx, 128).Result()
+	entries, err := e.ping.SlowLogGet(ctx, -1).Result()
 	_ = e.ping.ConfigSet(ctx, "slowlog-log-slower-than", "10000").Err()
+	_ = e.ping.ConfigSet(ctx, "slowlog-max-len", "128").Err()
 	if err != nil {
 		return err
 	}
 	var relUs []float64
 	for _, en := range entries {
-		// release.lua's call: EVALSHA sha 4 <4 keys> <4 arguments>, the
-		// last one the releaser's "<token>:<holder>" (acquire.lua's have 8).
-		if len(en.Args) == 11 && strings.EqualFold(en.Args[0], "evalsha") && strings.Contains(en.Args[10], ":") {
+		// release.lua's call: EVALSHA sha 4 <4 keys> "<token>:<holder>"
+		// (acquire.lua's have 3 arguments, leave.lua's a holder id).
+		if len(en.Args) == 8 && strings.EqualFold(en.Args[0], "evalsha") && strings.Contains(en.Args[7], ":") {
 			relUs = append(relUs, float64(en.Duration.Microseconds()))
 		}
 	}
 	cancel() // the other waiters leave
 	_ = l.Release(context.WithoutCancel(ctx))
-	perWaiter := float64(mem1-mem0) / float64(n)
-	s.set("fence", "memory_per_waiter_bytes", newFigure("bytes (INFO used_memory delta / waiters)", []float64{perWaiter}, nil))
-	s.set("fence", "memory_usage_per_waiter_bytes", newFigure("bytes (MEMORY USAGE of the two keys / waiters)", []float64{float64(qb+hb) / float64(n)}, nil))
+	perWaiter := float64(memLow-mem0) / float64(n)
+	s.set("fence", "memory_per_waiter_bytes", newFigure("bytes (INFO used_memory floor − before, / waiters)", []float64{perWaiter}, nil))
+	s.set("fence", "memory_peak_per_waiter_bytes", newFigure("bytes (INFO used_memory peak − before, / waiters)", []float64{float64(memHigh-mem0) / float64(n)}, nil))
+	s.set("fence", "memory_usage_per_waiter_bytes", newFigure("bytes (MEMORY USAGE SAMPLES 0 of the two keys / waiters)", []float64{float64(qb+hb) / float64(n)}, nil))
 	if len(relUs) > 0 {
 		s.set("fence", "release_slowlog_us", newFigure("µs", relUs, nil))
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("%d waiters (one client, default holder ids) queued on one held name; memory: INFO used_memory before and after they queued (everything they cost the server: keys, hash table, list), and MEMORY USAGE of the queue's two keys. release: SLOWLOG duration of release.lua (a handover to the head of the queue) in %d releases with the queue full.", n, releases))
+	s.Notes = append(s.Notes, fmt.Sprintf("%d waiters (one client, default holder ids) queued on one held name; memory: INFO used_memory before they queued and, sampled every 50 ms for two heartbeat periods after, its floor (everything the queue keeps on the server: keys, hash table, list) and its peak (adding the buffers of a heartbeat round: every waiter's heartbeat in one pipeline), and MEMORY USAGE (all elements counted) of the queue's two keys. release: SLOWLOG duration of release.lua (a handover to the head of the queue) in %d releases with the queue full.", n, releases))
 	return nil
+}
+
+// usedMemoryRange samples used_memory every 50 ms for d: its floor and
+// its peak.
+func usedMemoryRange(ctx context.Context, c *redis.Client, d time.Duration) (low, high int64, err error) {
+	for t := time.Now(); time.Since(t) < d; time.Sleep(50 * time.Millisecond) {
+		m, err := usedMemory(ctx, c)
+		if err != nil {
+			return 0, 0, err
+		}
+		if low == 0 || m < low {
+			low = m
+		}
+		high = max(high, m)
+	}
+	return low, high, nil
 }
 
 func usedMemory(ctx context.Context, c *redis.Client) (int64, error) {

@@ -238,18 +238,18 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 }
 
 // acquireArgs are acquire.lua's arguments (see there and queue.lua).
-func (c *Client) acquireArgs(k keys, cfg config, holder string, mode any) []any {
-	return []any{seqIdleExpiry, k.channel, c.spublishArg(), holder, cfg.leaseArg, mode, cfg.livenessArg, cfg.grantArg}
+func acquireArgs(cfg config, holder string, m mode) []any {
+	return []any{holder, cfg.leaseArg, cfg.modeArgs[m]}
 }
 
 // attempt runs the acquire script once, in mode (modeTry or modeWait).
 // It returns the lock, or the reply saying the lock is held (and, in
 // modeWait, that the caller is queued).
-func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, holder string, mode any) (*Lock, acquireReply, error) {
+func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, holder string, m mode) (*Lock, acquireReply, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireReply{}, unsentError{err} // a done ctx sends nothing
 	}
-	call := scriptCall{keys: k.scriptKeys(), args: c.acquireArgs(k, cfg, holder, mode)}
+	call := scriptCall{keys: k.scriptKeys(), args: acquireArgs(cfg, holder, m)}
 	start := time.Now()
 	var (
 		rep  acquireReply
@@ -260,7 +260,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 		rep, acks, err = c.acquireAndWait(ctx, call, cfg)
 	} else {
 		var v any
-		v, err = acquireScript.Run(ctx, c.rdb, call.keys, call.args...).Result()
+		v, err = c.scripts.acquire.Run(ctx, c.rdb, call.keys, call.args...).Result()
 		if err == nil {
 			rep, err = parseAcquire(v)
 		}
@@ -385,9 +385,9 @@ func (c *Client) acquireAndWait(ctx context.Context, call scriptCall, cfg config
 		pipe := node.Pipeline()
 		var acq *redis.Cmd
 		if try == 0 {
-			acq = acquireScript.EvalSha(ctx, pipe, call.keys, call.args...)
+			acq = c.scripts.acquire.EvalSha(ctx, pipe, call.keys, call.args...)
 		} else { // EVAL loads the script without SCRIPT LOAD (see execScripts)
-			acq = acquireScript.Eval(ctx, pipe, call.keys, call.args...)
+			acq = c.scripts.acquire.Eval(ctx, pipe, call.keys, call.args...)
 		}
 		wait := pipe.Do(ctx, "wait", cfg.replicas, cfg.replicaTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)

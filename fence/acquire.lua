@@ -1,20 +1,23 @@
 -- Acquire a lock, or wait for it in its queue, in one round trip (after
 -- queue.lua, which defines the keys and the shared functions).
--- ARGV[4] holder, ARGV[5] lease (ms), ARGV[6] mode: 't' try (never
+-- ARGV[1] holder, ARGV[2] lease (ms), ARGV[3] the mode: 't' try (never
 -- queue), 'w' wait (join the queue when not acquired), 'b' heartbeat of a
--- waiter (stay in the queue, never join it); ARGV[7] liveness (ms): how
--- far a waiter's deadline moves; ARGV[8] its grant lease (ms).
+-- waiter (stay in the queue, never join it); for 'w' and 'b' followed by
+-- ':<liveness>:<grant lease>' (ms): how far the waiter's deadline moves,
+-- and the lease a handover gives it ('w:6000:6000').
 --
 -- Returns
---   {1, value, now}: acquired; value is the lock's '<token>:<holder>';
---   {2, value, now}: this holder id has the lock already — a retry after
---     a lost reply, or a waiter's heartbeat finding its handover; the
---     lease restarts, the token stays;
+--   value: acquired; value is the lock's '<token>:<holder>' (a bare
+--     string, the common answer: a table costs the server more than the
+--     rest of the reply);
+--   {2, value}: this holder id has the lock already — a retry after a
+--     lost reply, or a waiter's heartbeat finding its handover; the lease
+--     restarts, the token stays;
 --   {0, pttl, now, queued}: not acquired; pttl is the holder's remaining
 --     lease (-1: no expiry, 0: free, or the queue must be cleared first:
---     try again), queued 1 when the caller is in the queue (a heartbeat of
---     a waiter that lost its place gets 0, and joins again with 'w').
--- now is the server time in µs.
+--     try again), now the server time in µs (an integer), queued 1 when
+--     the caller is in the queue (a heartbeat of a waiter that lost its
+--     place gets 0, and joins again with 'w').
 --
 -- No barging: a free lock goes to the first live waiter, so a caller
 -- ahead of whom a live waiter queues does not get it; the script hands it
@@ -22,12 +25,29 @@
 -- without handover released it) and tells it.
 --
 -- The lock is one string '<token>:<holder>' with a PX expiry: one write to
--- create it, one read to check an owner (release, renew). A held lock
--- costs a GET, a TIME and a PTTL, and writes only the caller's place in
--- the queue.
-local me, mode = ARGV[4], ARGV[6]
-local function wait_here()
-  if mode ~= 't' and keep(me, ARGV[8], tonumber(ARGV[7]), mode == 'w') then
+-- create it, one read to check an owner (release, renew). A free lock
+-- with nobody queued costs an EXISTS (of the lock and the queue at once)
+-- before the token; a held one adds a GET and a PTTL, and writes only the
+-- caller's place in the queue. A heartbeat, whose queue exists, starts at
+-- the GET.
+local me, mode = ARGV[1], string.byte(ARGV[3])
+local beat = mode == 98 -- 'b'
+
+if not beat and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  -- Free, nobody queued.
+  local v = next_token() .. ':' .. me
+  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
+  return v
+end
+
+-- wait_here keeps the caller's place (q: the queue's functions) and
+-- reports whether it is queued, as 1 or 0.
+local function wait_here(q)
+  if mode == 116 then -- 't'
+    return 0
+  end
+  local liveness, grant_lease = string.match(ARGV[3], ':(%d+):(%d+)$')
+  if q.keep(me, tonumber(liveness), grant_lease, not beat) then
     return 1
   end
   return 0
@@ -35,35 +55,37 @@ end
 
 local cur = redis.call('GET', KEYS[1])
 if cur then
-  if holder_of(cur) == me then
-    redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  local i = string.find(cur, ':', 1, true)
+  if i and string.sub(cur, i + 1) == me then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
     -- Holding and queued at once (one holder id on two calls): the
     -- place would give it the lock a second time.
     if redis.call('HDEL', KEYS[4], me) == 1 then
       redis.call('LREM', KEYS[3], 1, me)
     end
-    return {2, cur, fmt(now())}
+    return {2, cur}
   end
-  local q = wait_here()
-  return {0, redis.call('PTTL', KEYS[1]), fmt(now()), q}
+  local queued = wait_here(queue())
+  return {0, redis.call('PTTL', KEYS[1]), (now()), queued}
 end
 
-local id, lease, more = live_head()
+local q = queue()
+local id, lease, more = q.head()
 -- A heartbeat takes the lock only for a waiter at the head of the queue:
 -- one that arrives after its waiter left (its place is gone) must not.
-if id == me or (id == nil and not more and mode ~= 'b') then
+if id == me or (id == nil and not more and not beat) then
   if id == me then
     redis.call('LPOP', KEYS[3])
     redis.call('HDEL', KEYS[4], me)
   end
   local v = next_token() .. ':' .. me
-  redis.call('SET', KEYS[1], v, 'PX', ARGV[5])
-  return {1, v, fmt(now())}
+  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
+  return v
 end
 local pttl = 0
 if id then
-  grant(id, lease)
+  q.grant_head(id, lease)
   pttl = tonumber(lease)
 end
-local q = wait_here()
-return {0, pttl, fmt(now()), q}
+local queued = wait_here(q)
+return {0, pttl, (now()), queued}

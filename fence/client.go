@@ -3,7 +3,7 @@ package fence
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"fmt"
 	"reflect"
 	"sync"
@@ -62,6 +62,7 @@ type Client struct {
 	cfg     config
 	obs     *observers
 	cluster bool // sharded pub/sub, WAIT on the key's master
+	scripts *scriptSet
 	wd      *watchdog
 	notify  *notifier
 	closing chan struct{}
@@ -97,6 +98,7 @@ func New(rdb RedisClient, opts ...ClientOption) (*Client, error) {
 	}
 	router, _ := rdb.(keyRouter)
 	c := &Client{rdb: rdb, router: router, cfg: cfg, obs: newObservers(cfg), cluster: router != nil,
+		scripts: scriptsFor(router != nil),
 		closing: make(chan struct{}), locks: map[string]*Lock{}}
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	c.notify = newNotifier(c)
@@ -226,16 +228,16 @@ func (c *Client) closeLocks(ctx, rctx context.Context, locks []*Lock) []error {
 	}
 	var errs []error
 	start := time.Now()
-	cmds := execScripts(rctx, c.rdb, releaseScript, calls)
+	cmds := execScripts(rctx, c.rdb, c.scripts.release, calls)
 	took := time.Since(start)
 	for i, cmd := range cmds {
-		n, value, err := parseRelease(cmd)
+		rep, err := parseRelease(cmd)
 		switch {
 		case err != nil:
 			err = fmt.Errorf("fence: close: release %q: %w", locks[i].name, err)
 			errs = append(errs, err)
 		default:
-			err = c.releaseOutcome(locks[i], n, value, start)
+			err = c.releaseOutcome(locks[i], rep, start)
 		}
 		c.obs.onRelease(ctx, ReleaseEvent{Name: locks[i].name, Token: locks[i].token,
 			Held: time.Since(locks[i].acquiredAt), Duration: took, Err: err})
@@ -253,10 +255,10 @@ func (c *Client) leaveAll(rctx context.Context, waiters []*waiter) {
 		w.state = left
 		w.mu.Unlock()
 		w.unschedule()
-		calls = append(calls, scriptCall{keys: w.k.scriptKeys(), args: []any{seqIdleExpiry, w.k.channel, c.spublishArg(), w.holder}})
+		calls = append(calls, w.leaveCall())
 	}
 	if len(calls) > 0 {
-		_ = execScripts(rctx, c.rdb, leaveScript, calls) // a place not left expires at its deadline
+		_ = execScripts(rctx, c.rdb, c.scripts.leave, calls) // a place not left expires at its deadline
 	}
 }
 
@@ -276,8 +278,12 @@ func (c *Client) goBackground(f func()) bool {
 	return true
 }
 
+// newHolderID is a random holder id: 128 bits in 22 characters of
+// unpadded base64url (A-Z, a-z, 0-9, '-', '_'). Every waiter stores its id
+// twice in Redis (the queue's entry and its hash field), so its length is
+// most of what a waiter costs there; hex would take 32.
 func newHolderID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go ≥ 1.24)
-	return hex.EncodeToString(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }

@@ -158,8 +158,9 @@
 // characters, '{' or '}'; every key shares the hash tag {<name>}, so all
 // live in one cluster slot and one script touches them):
 //   - <prefix>{<name>}, the lock: a string "<token>:<holder>" (16 digits,
-//     ':', the holder id: 32 hex characters by default), present while the
-//     lock is held, with the lease as its expiry;
+//     ':', the holder id: by default 22 characters, 16 random bytes in
+//     base64url), present while the lock is held, with the lease as its
+//     expiry;
 //   - <prefix>{<name>}:seq, the token counter: a 16-digit string written
 //     by every acquisition, expiring 30 days after the last one;
 //   - <prefix>{<name>}:q, the queue: a list of the waiting holder ids, in
@@ -183,7 +184,13 @@
 // release.lua (release and hand over), leave.lua (a waiter leaves; a
 // handover that raced it is passed on), renew.lua and raise.lua. The first
 // three share queue.lua: the token rule, the queue, and the handover, so
-// that an acquisition and a handover issue tokens by the same code.
+// that an acquisition and a handover issue tokens by the same code. They
+// exist twice, notifying with PUBLISH or (on a cluster) SPUBLISH, and each
+// derives the channel from the lock's key: every argument and every
+// command costs the server, and these run on every acquisition. An
+// uncontended acquisition costs an EXISTS (the lock and its queue at
+// once), a TIME and two SETs; its release a GET, an LPOP (nobody
+// queued), a DEL and a PUBLISH.
 //
 // # Rolling upgrades
 //

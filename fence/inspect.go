@@ -138,18 +138,21 @@ func (c *Client) ForceRelease(ctx context.Context, seen LockInfo) (woken bool, e
 	k := keysFor(c.cfg.prefix, seen.Name)
 	value := strconv.FormatInt(seen.Token, 10) + ":" + seen.Holder
 	sent := time.Now()
-	n, nv, err := parseRelease(releaseScript.Run(ctx, c.rdb, k.scriptKeys(), seqIdleExpiry, k.channel, c.spublishArg(), value))
+	rep, err := parseRelease(c.scripts.release.Run(ctx, c.rdb, k.scriptKeys(), value))
 	if err != nil {
 		c.refreshTopology(err)
 		return false, fmt.Errorf("fence: force release %q: %w", seen.Name, err)
 	}
-	switch n {
-	case releaseOK:
+	if rep.handedOver() {
+		c.notify.handedTo(k.channel, rep.value, sent)
+	}
+	if rep.refused != "" {
+		c.warnPublishRefused(seen.Name, rep.refused)
+	}
+	switch rep.outcome {
+	case releaseOK, releaseHandedOver:
 		return true, nil
-	case releaseHandedOver, releaseHandedUnpublished:
-		c.notify.handedTo(k.channel, nv, sent)
-		return n == releaseHandedOver, nil
-	case releaseUnpublished:
+	case releaseUnpublished, releaseHandedUnpublished:
 		return false, nil
 	}
 	return false, fmt.Errorf("%w: force release %q: the lock changed since it was inspected (released, expired or taken again): nothing deleted", ErrNotHeld, seen.Name)

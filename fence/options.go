@@ -67,12 +67,13 @@ func (f both) applyClient(c *config) error { return f(c) }
 func (f both) applyLock(c *config) error   { return f(c) }
 
 type config struct {
-	prefix         string
-	lease          time.Duration
-	leaseArg       any // lease in ms, boxed once for the acquire script
-	liveness       time.Duration
-	livenessArg    any // liveness in ms, boxed once
-	grantArg       any // grantLease in ms, boxed once
+	prefix   string
+	lease    time.Duration
+	leaseArg any // lease in ms, boxed once for the acquire script
+	liveness time.Duration
+	// modeArgs are acquire.lua's ARGV[3] per mode (see modeTry), made once
+	// per config.
+	modeArgs       [numModes]any
 	fixed          bool
 	maxHold        time.Duration
 	waitLimit      time.Duration
@@ -159,8 +160,7 @@ func (c *config) applyLock(opts []LockOption) error {
 // finish derives the values made once per config rather than per call.
 func (c *config) finish() error {
 	c.leaseArg = c.lease.Milliseconds()
-	c.livenessArg = c.liveness.Milliseconds()
-	c.grantArg = grantLease(*c).Milliseconds()
+	c.modeArgs = modeArgs(c.liveness, grantLease(*c))
 	c.waitLimitErr = waitLimitErr(c.waitLimit)
 	return nil
 }

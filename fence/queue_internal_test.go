@@ -23,9 +23,9 @@ func TestStaleHeartbeatTakesNothing(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close(ctx)
 	k := keysFor(c.cfg.prefix, "stale")
-	call := func(mode any) acquireReply {
+	call := func(m mode) acquireReply {
 		t.Helper()
-		v, err := acquireScript.Run(ctx, c.rdb, k.scriptKeys(), c.acquireArgs(k, c.cfg, "gone", mode)...).Result()
+		v, err := c.scripts.acquire.Run(ctx, c.rdb, k.scriptKeys(), acquireArgs(c.cfg, "gone", m)...).Result()
 		require.NoError(t, err)
 		rep, err := parseAcquire(v)
 		require.NoError(t, err)

@@ -49,18 +49,7 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 func (l *Lock) releaseCall() scriptCall {
-	return scriptCall{keys: l.scriptKeys, args: []any{seqIdleExpiry, l.keys.channel, l.c.spublishArg(), l.valueArg}}
-}
-
-// queue.lua's ARGV[3], boxed once: "1" to notify with SPUBLISH (a
-// cluster's sharded pub/sub), "0" with PUBLISH.
-var spublishOn, spublishOff any = "1", "0"
-
-func (c *Client) spublishArg() any {
-	if c.cluster {
-		return spublishOn
-	}
-	return spublishOff
+	return scriptCall{keys: l.scriptKeys, args: []any{l.valueArg}}
 }
 
 // release runs the release script for l, detached from ctx's
@@ -74,12 +63,12 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 	defer cancel()
 	call := l.releaseCall()
 	sent := time.Now()
-	n, value, err := parseRelease(releaseScript.Run(ctx, c.rdb, call.keys, call.args...))
+	rep, err := parseRelease(c.scripts.release.Run(ctx, c.rdb, call.keys, call.args...))
 	if err != nil {
 		c.refreshTopology(err)
 		return fmt.Errorf("fence: release %q: %w", l.name, err)
 	}
-	return c.releaseOutcome(l, n, value, sent)
+	return c.releaseOutcome(l, rep, sent)
 }
 
 // releaseValue releases a lock value this client holds on the server but
@@ -89,31 +78,26 @@ func (c *Client) releaseValue(ctx context.Context, name string, k keys, value st
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	sent := time.Now()
-	n, nv, err := parseRelease(releaseScript.Run(ctx, c.rdb, k.scriptKeys(), seqIdleExpiry, k.channel, c.spublishArg(), value))
-	if err == nil && (n == releaseHandedOver || n == releaseHandedUnpublished) {
-		c.notify.handedTo(k.channel, nv, sent)
+	rep, err := parseRelease(c.scripts.release.Run(ctx, c.rdb, k.scriptKeys(), value))
+	if err == nil && rep.handedOver() {
+		c.notify.handedTo(k.channel, rep.value, sent)
 	}
 }
 
 // releaseOutcome turns release.lua's reply for l into Release's error. A
 // handover to a waiter of this client reaches it at once (sent is when
 // the release was sent, before the handover), without the message.
-func (c *Client) releaseOutcome(l *Lock, n int64, value string, sent time.Time) error {
-	switch n {
-	case releaseOK:
-		return nil
-	case releaseHandedOver:
-		c.notify.handedTo(l.keys.channel, value, sent)
-		return nil
-	case releaseUnpublished, releaseHandedUnpublished:
-		if n == releaseHandedUnpublished {
-			c.notify.handedTo(l.keys.channel, value, sent)
-		}
-		c.warnPublishRefused(l.name)
-		return nil
-	default:
+func (c *Client) releaseOutcome(l *Lock, rep releaseReply, sent time.Time) error {
+	if rep.outcome == releaseNotOurs {
 		return notHeld(l.name)
 	}
+	if rep.handedOver() {
+		c.notify.handedTo(l.keys.channel, rep.value, sent)
+	}
+	if rep.refused != "" {
+		c.warnPublishRefused(l.name, rep.refused)
+	}
+	return nil
 }
 
 // notHeld is the release outcome when the script found another holder or

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,30 +25,63 @@ var (
 	//go:embed raise.lua
 	raiseLua string
 
-	// Wrapped once; Run sends EVALSHA and falls back to EVAL. The scripts
-	// that issue tokens or touch the queue share queue.lua's functions,
-	// so that an acquisition and a handover follow one token rule.
-	acquireScript = redis.NewScript(queueLua + acquireLua)
-	releaseScript = redis.NewScript(queueLua + releaseLua)
-	leaveScript   = redis.NewScript(queueLua + leaveLua)
-	renewScript   = redis.NewScript(renewLua)
-	raiseScript   = redis.NewScript(raiseLua)
+	// Wrapped once; Run sends EVALSHA and falls back to EVAL.
+	scriptSets  = [2]scriptSet{newScriptSet("PUBLISH"), newScriptSet("SPUBLISH")}
+	renewScript = redis.NewScript(renewLua)
+	raiseScript = redis.NewScript(raiseLua)
 )
+
+// scriptSet is acquire.lua, release.lua and leave.lua for one way of
+// notifying waiters: PUBLISH, or SPUBLISH on a cluster (sharded pub/sub).
+// They share queue.lua's functions, so that an acquisition and a handover
+// follow one token rule. The command is a line in front of queue.lua
+// rather than an argument of every call: each argument costs the server
+// more than the line does.
+type scriptSet struct {
+	acquire, release, leave *redis.Script
+}
+
+func newScriptSet(publish string) scriptSet {
+	head := "local publish = '" + publish + "'\n" + queueLua
+	return scriptSet{
+		acquire: redis.NewScript(head + acquireLua),
+		release: redis.NewScript(head + releaseLua),
+		leave:   redis.NewScript(head + leaveLua),
+	}
+}
+
+// scriptsFor returns the scripts of a client: sharded (a cluster) or not.
+func scriptsFor(sharded bool) *scriptSet {
+	if sharded {
+		return &scriptSets[1]
+	}
+	return &scriptSets[0]
+}
 
 // Renewal outcomes returned by renew.lua.
 const (
 	renewOK       = 1
 	renewGone     = 0
 	renewNotOurs  = -1
-	seqIdleExpiry = 30 * 24 * 60 * 60 * 1000 // ms; the clock floor covers a counter that idled out
+	seqIdleExpiry = 30 * 24 * 60 * 60 * 1000 // ms, as queue.lua's counter_ttl; the clock floor covers a counter that idled out
 )
 
-// acquire.lua's modes (ARGV[6]), boxed once.
-var (
-	modeTry  any = "t" // TryAcquire: never queue
-	modeWait any = "w" // Acquire's first call: join the queue if not acquired
-	modeBeat any = "b" // a waiter's heartbeat: stay in the queue, never join it
+// acquire.lua's modes: the first character of its ARGV[3].
+type mode uint8
+
+const (
+	modeTry  mode = iota // TryAcquire: never queue
+	modeWait             // Acquire's first call: join the queue if not acquired
+	modeBeat             // a waiter's heartbeat: stay in the queue, never join it
+	numModes
 )
+
+// modeArgs makes acquire.lua's ARGV[3] for each mode: the mode, and for
+// a waiter its liveness and grant lease in ms.
+func modeArgs(liveness, grant time.Duration) [numModes]any {
+	wait := ":" + strconv.FormatInt(liveness.Milliseconds(), 10) + ":" + strconv.FormatInt(grant.Milliseconds(), 10)
+	return [numModes]any{"t", "w" + wait, "b" + wait}
+}
 
 // acquireReply is the decoded answer of acquire.lua.
 type acquireReply struct {
@@ -57,37 +91,39 @@ type acquireReply struct {
 	value      string // when acquired: the lock's value '<token>:<holder>'
 	pttl       int64  // ms, when not acquired (-1: no expiry, 0: try again at once)
 	queued     bool   // when not acquired: the caller is in the queue
-	now        int64  // the server's clock in µs
+	now        int64  // when not acquired: the server's clock in µs
 }
 
 func parseAcquire(v any) (acquireReply, error) {
-	arr, ok := v.([]any)
-	if !ok || len(arr) < 3 {
-		return acquireReply{}, fmt.Errorf("fence: unexpected acquire reply %#v", v)
+	if value, ok := v.(string); ok {
+		tok, err := tokenOf(value)
+		if err != nil {
+			return acquireReply{}, err
+		}
+		return acquireReply{acquired: true, token: tok, value: value}, nil
 	}
-	flag, ok1 := arr[0].(int64)
-	nowS, ok2 := arr[2].(string)
-	now, err := strconv.ParseInt(nowS, 10, 64)
-	if !ok1 || !ok2 || err != nil {
-		return acquireReply{}, fmt.Errorf("fence: unexpected acquire reply %#v", v)
-	}
-	if flag == 1 || flag == 2 {
+	arr, _ := v.([]any)
+	flag, ok := firstInt(arr)
+	switch {
+	case ok && flag == 2 && len(arr) == 2:
 		v, ok := arr[1].(string)
 		if !ok {
-			return acquireReply{}, fmt.Errorf("fence: unexpected acquire reply %#v", arr[1])
+			break
 		}
 		tok, err := tokenOf(v)
 		if err != nil {
 			return acquireReply{}, err
 		}
-		return acquireReply{acquired: true, reacquired: flag == 2, token: tok, value: v, now: now}, nil
+		return acquireReply{acquired: true, reacquired: true, token: tok, value: v}, nil
+	case ok && flag == 0 && len(arr) == 4:
+		pttl, ok1 := arr[1].(int64)
+		now, ok2 := arr[2].(int64)
+		q, ok3 := arr[3].(int64)
+		if ok1 && ok2 && ok3 {
+			return acquireReply{pttl: pttl, queued: q == 1, now: now}, nil
+		}
 	}
-	pttl, ok := arr[1].(int64)
-	if !ok || len(arr) != 4 {
-		return acquireReply{}, fmt.Errorf("fence: unexpected acquire reply %#v", v)
-	}
-	q, _ := arr[3].(int64)
-	return acquireReply{pttl: pttl, queued: q == 1, now: now}, nil
+	return acquireReply{}, fmt.Errorf("fence: unexpected acquire reply %#v", v)
 }
 
 // tokenOf reads the token of a lock value '<token>:<holder>'.
@@ -110,26 +146,56 @@ const (
 	releaseHandedUnpublished = 4 // handed over; the message was refused
 )
 
-// parseRelease decodes release.lua's answer: the outcome, and the new
-// holder's lock value after a handover.
-func parseRelease(cmd *redis.Cmd) (outcome int64, value string, err error) {
+// releaseReply is release.lua's (and leave.lua's) decoded answer.
+type releaseReply struct {
+	outcome int64  // releaseNotOurs ... releaseHandedUnpublished
+	value   string // the new holder's lock value after a handover
+	refused string // why the notification was refused (Redis's error)
+}
+
+// handedOver reports a handover, published or not.
+func (r releaseReply) handedOver() bool {
+	return r.outcome == releaseHandedOver || r.outcome == releaseHandedUnpublished
+}
+
+func parseRelease(cmd *redis.Cmd) (releaseReply, error) {
 	v, err := cmd.Result()
 	if err != nil {
-		return 0, "", err
+		return releaseReply{}, err
 	}
-	arr, ok := v.([]any)
-	if ok && len(arr) >= 1 {
-		n, ok := arr[0].(int64)
-		switch {
-		case ok && n <= releaseUnpublished && len(arr) == 1:
-			return n, "", nil
-		case ok && len(arr) == 2:
-			if s, ok := arr[1].(string); ok {
-				return n, s, nil
-			}
+	if n, ok := v.(int64); ok && (n == releaseNotOurs || n == releaseOK) {
+		return releaseReply{outcome: n}, nil
+	}
+	arr, _ := v.([]any)
+	n, ok := firstInt(arr)
+	var rep releaseReply
+	switch {
+	case !ok:
+	case n == releaseUnpublished && len(arr) == 2:
+		rep.refused, ok = arr[1].(string)
+		rep.outcome = n
+		if ok {
+			return rep, nil
+		}
+	case n == releaseHandedOver && len(arr) == 2, n == releaseHandedUnpublished && len(arr) == 3:
+		rep.outcome = n
+		rep.value, ok = arr[1].(string)
+		if n == releaseHandedUnpublished && ok {
+			rep.refused, ok = arr[2].(string)
+		}
+		if ok {
+			return rep, nil
 		}
 	}
-	return 0, "", fmt.Errorf("fence: unexpected release reply %#v", v)
+	return releaseReply{}, fmt.Errorf("fence: unexpected release reply %#v", v)
+}
+
+func firstInt(arr []any) (int64, bool) {
+	if len(arr) == 0 {
+		return 0, false
+	}
+	n, ok := arr[0].(int64)
+	return n, ok
 }
 
 // grantPrefix starts the message a handover publishes:

@@ -51,15 +51,98 @@ func (c *Client) configLogger() *slog.Logger {
 	return slog.Default()
 }
 
-// warnPublishRefused is logged once per client when release.lua reports
-// that PUBLISH/SPUBLISH was refused.
-func (c *Client) warnPublishRefused(name string) {
+// warnPublishRefused is logged once per client when a script reports that
+// its notification was refused; refused is Redis's error. The fix it
+// names needs the client's user, one more round trip: that goes in the
+// background, off the release's path.
+func (c *Client) warnPublishRefused(name, refused string) {
 	c.checks.publishWarned.Do(func() {
-		c.configLogger().Warn("fence: the Redis user may not PUBLISH/SPUBLISH: locks are released and handed over, "+
-			"but waiters in other processes learn of a handover only at their next heartbeat; grant them with "+
-			"ACL SETUSER <user> +publish +spublish",
-			slog.String("name", name))
+		if !c.goBackground(func() { c.logPublishRefused(c.bgCtx, name, refused) }) {
+			c.logPublishRefused(nil, name, refused) // closed: no lookup
+		}
 	})
+}
+
+// whoamiTimeout bounds the ACL WHOAMI of the no-PUBLISH warning.
+const whoamiTimeout = time.Second
+
+// logPublishRefused logs the no-PUBLISH warning with the command that
+// grants what Redis refused: the command itself, or the channels (a user
+// made on Redis 7 gets no channel by default, acl-pubsub-default
+// resetchannels). Redis checks the command before the channels, so after
+// the command is granted a channel may still be refused: the warning says
+// so. The user is the one ACL WHOAMI names; ctx nil: not looked up.
+func (c *Client) logPublishRefused(ctx context.Context, name, refused string) {
+	user, found := "<user>", false // a placeholder, not quoted
+	if ctx != nil {
+		ctx, cancel := context.WithTimeout(ctx, whoamiTimeout)
+		pipe := c.rdb.Pipeline() // RedisClient has no Do
+		who := pipe.Do(ctx, "ACL", "WHOAMI")
+		_, _ = pipe.Exec(ctx)
+		if u, err := who.Text(); err == nil && u != "" {
+			user, found = shellQuote(u), true
+		}
+		cancel()
+	}
+	cli := "redis-cli" + hostPortArgs(c.nodeAddr()) + " ACL SETUSER " + user + " "
+	channels := shellQuote("&" + aclGlobEscape(c.cfg.prefix) + "*")
+	var fix string
+	if strings.Contains(strings.ToLower(refused), "channel") {
+		fix = cli + channels
+	} else {
+		fix = cli + "+publish"
+		if c.cluster {
+			fix += " +spublish"
+		}
+		fix += "; and if Redis then refuses the channel: " + cli + channels
+	}
+	if c.cluster {
+		fix += " (on every node: ACL rules are per node)"
+	}
+	attrs := []any{slog.String("name", name), slog.String("err", refused), slog.String("fix", fix)}
+	if !found {
+		attrs = append(attrs, slog.String("user", "<user> is the Redis user this client connects as "+
+			"(redis-cli ACL WHOAMI with its credentials names it)"))
+	}
+	c.configLogger().Warn("fence: the Redis user may not publish lock notifications: locks are released and "+
+		"handed over, but waiters in other processes learn of a handover only at their next heartbeat", attrs...)
+}
+
+// nodeAddr is the address of a single-server client, "" otherwise.
+func (c *Client) nodeAddr() string {
+	if n, ok := c.rdb.(*redis.Client); ok && !isFailoverClient(n) {
+		return n.Options().Addr
+	}
+	return ""
+}
+
+// aclGlobEscape escapes the characters an ACL channel pattern (a glob)
+// treats as special, so that the pattern matches the prefix literally.
+func aclGlobEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but
+// letters, digits and -_.:@/ (an ACL pattern's & and *, a space).
+func shellQuote(s string) string {
+	plain := s != ""
+	for _, r := range s {
+		if !(r < 128 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:@/", r))) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // startServerChecks runs the one-time configuration checks in the

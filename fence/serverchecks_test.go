@@ -2,7 +2,9 @@ package fence_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -87,8 +89,9 @@ func TestClusterUserWithoutScript(t *testing.T) {
 
 // TestClusterUserWithoutPublish: a user that may not (S)PUBLISH releases
 // its locks (the key is deleted, Release reports success) and fence warns
-// once that waiters elsewhere learn of handovers at their next heartbeat:
-// Release does not report the refused notification as a failed release.
+// once that waiters elsewhere learn of handovers at their next heartbeat,
+// naming the user and, on a cluster, +spublish and every node: Release
+// does not report the refused notification as a failed release.
 func TestClusterUserWithoutPublish(t *testing.T) {
 	cl := testenv.SharedRedisCluster(t)
 	admin := cl.Client()
@@ -106,7 +109,11 @@ func TestClusterUserWithoutPublish(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, n, "the lock key is deleted")
 	}
-	assert.Equal(t, 1, strings.Count(logs.String(), "may not PUBLISH"), "warned once: %s", logs.String())
+	const warning = "may not publish lock notifications"
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), warning) }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, strings.Count(logs.String(), warning), "warned once: %s", logs.String())
+	assert.Contains(t, logs.String(), "ACL SETUSER nopub +publish +spublish", "names the user (ACL WHOAMI) and SPUBLISH")
+	assert.Contains(t, logs.String(), "on every node")
 
 	// A forced release by such a user deletes the lock too, and says the
 	// waiters were not woken.
@@ -239,4 +246,85 @@ func TestEvictionWarningWithoutLogger(t *testing.T) {
 		"no eviction warning on the WithLogger logger")
 	require.NoError(t, c2.Close(ctx))
 	assert.Len(t, warnings(&deflogs), 1, "a client with WithLogger does not warn on slog.Default()")
+}
+
+// TestPublishRefusedFix: the no-PUBLISH warning names the client's user
+// (ACL WHOAMI) and redis-cli commands that grant what Redis refused, and
+// they work pasted into a shell: a user without PUBLISH and without
+// channels (a new user's default on Redis 7) is given the command first,
+// then the channel pattern of the prefix, whose glob characters are
+// escaped; after both, releases are published and nothing is warned. A
+// user that may not run ACL WHOAMI gets a placeholder and how to find it.
+func TestPublishRefusedFix(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	ctx := ctxT(t, 30*time.Second)
+	admin := r.Client()
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "resetchannels", "+@all", "-publish").Err())
+	const prefix = "app*[1]?:"
+	// warning releases a lock with a new client of user and returns the
+	// warning's attributes (nil: none).
+	warning := func(user string) map[string]any {
+		t.Helper()
+		var logs syncBuffer
+		rdb := r.NewClient(&redis.Options{Username: user, Password: "pw"})
+		c, err := fence.New(rdb, fence.WithPrefix(prefix), fence.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+		require.NoError(t, err)
+		l, err := c.Acquire(ctx, "pf")
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx), "released although the notification may be refused")
+		require.NoError(t, c.Close(ctx)) // waits for the warning's ACL WHOAMI
+		var found map[string]any
+		for line := range strings.Lines(logs.String()) {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(line), &m))
+			if strings.Contains(m["msg"].(string), "may not publish lock notifications") {
+				require.Nil(t, found, "warned once per client: %s", logs.String())
+				found = m
+			}
+		}
+		return found
+	}
+	shell := func(cmd string) {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, "sh", "-c", cmd).CombinedOutput()
+		require.NoError(t, err, "%s: %s", cmd, out)
+		require.Equal(t, "OK", strings.TrimSpace(string(out)), "%s", cmd)
+	}
+	sub := admin.Subscribe(ctx, prefix+"{pf}:ch")
+	defer sub.Close()
+	_, err := sub.Receive(ctx)
+	require.NoError(t, err)
+
+	w := warning("app")
+	require.NotNil(t, w, "no warning for a user without PUBLISH")
+	fix := w["fix"].(string)
+	first, then, ok := strings.Cut(fix, "; and if Redis then refuses the channel: ")
+	require.True(t, ok, "the command, then the channel: %s", fix)
+	assert.Equal(t, "redis-cli"+hostPort(r.Addr)+" ACL SETUSER app +publish", first, "the user's name, no +spublish on a single server")
+	assert.Equal(t, "redis-cli"+hostPort(r.Addr)+` ACL SETUSER app '&app\*\[1\]\?:*'`, then)
+	assert.Contains(t, w["err"], "can't run this command")
+	shell(first)
+
+	w = warning("app")
+	require.NotNil(t, w, "the channel is refused next")
+	assert.Contains(t, w["err"], "channel")
+	assert.Equal(t, then, w["fix"], "the channel's command alone")
+	shell(then)
+
+	assert.Nil(t, warning("app"), "published once both are granted")
+	msg, err := sub.ReceiveTimeout(ctx, 5*time.Second)
+	require.NoError(t, err, "the release was published")
+	assert.IsType(t, &redis.Message{}, msg)
+
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "nowho", "on", ">pw", "~*", "&*", "+@all", "-publish", "-acl").Err())
+	w = warning("nowho")
+	require.NotNil(t, w)
+	assert.Contains(t, w["fix"], "ACL SETUSER <user> +publish")
+	assert.Contains(t, w["user"], "ACL WHOAMI", "says how to find the user")
+}
+
+// hostPort is " -h HOST -p PORT" of addr, as redis-cli takes it.
+func hostPort(addr string) string {
+	host, port, _ := strings.Cut(addr, ":")
+	return " -h " + host + " -p " + port
 }

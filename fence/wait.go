@@ -241,16 +241,16 @@ func (w *waiter) leave() {
 		ctx, cancel := context.WithTimeout(c.bgCtx, releaseTimeout)
 		defer cancel()
 		sent := time.Now()
-		code, value, err := parseRelease(leaveScript.Run(ctx, c.rdb, w.k.scriptKeys(),
-			seqIdleExpiry, w.k.channel, c.spublishArg(), w.holder))
+		call := w.leaveCall()
+		rep, err := parseRelease(c.scripts.leave.Run(ctx, c.rdb, call.keys, call.args...))
 		switch {
 		case err != nil:
 			c.refreshTopology(err)
 			// The place expires at its deadline, a handover at its grant
 			// lease: nobody waits longer than that for it.
 			c.cfg.logger.Debug("fence: leaving the queue failed", slog.String("name", w.name), slog.Any("err", err))
-		case code == releaseHandedOver || code == releaseHandedUnpublished:
-			c.notify.handedTo(w.k.channel, value, sent)
+		case rep.handedOver():
+			c.notify.handedTo(w.k.channel, rep.value, sent)
 		}
 	}
 	if w.cfg.holder != "" || !c.goBackground(run) {
@@ -367,12 +367,17 @@ func minTime(a, b time.Time) time.Time {
 // 'w' while it is not in the queue.
 func (w *waiter) beatCall() scriptCall {
 	w.mu.Lock()
-	mode := modeBeat
+	m := modeBeat
 	if !w.joined {
-		mode = modeWait
+		m = modeWait
 	}
 	w.mu.Unlock()
-	return scriptCall{script: acquireScript, keys: w.k.scriptKeys(), args: w.c.acquireArgs(w.k, w.cfg, w.holder, mode)}
+	return scriptCall{script: w.c.scripts.acquire, keys: w.k.scriptKeys(), args: acquireArgs(w.cfg, w.holder, m)}
+}
+
+// leaveCall is leave.lua's call for the waiter.
+func (w *waiter) leaveCall() scriptCall {
+	return scriptCall{keys: w.k.scriptKeys(), args: []any{w.holder}}
 }
 
 // subscribeFailed notes that the waiter has no subscription: it waits on

@@ -90,8 +90,9 @@ func (w *watchdog) close() {
 }
 
 // lossLead makes the scheduler's timer for a lock's local deadline fire
-// this much early: timers fire late (about 1 ms measured under -race), and
-// the context must be cancelled no later than [Lock.Deadline].
+// this much early: a timer fires after its time, later still on a loaded
+// machine or under the race detector, and the context must be cancelled
+// no later than [Lock.Deadline].
 const lossLead = 2 * time.Millisecond
 
 // lossAt is when the scheduler declares l lost if no renewal succeeded.

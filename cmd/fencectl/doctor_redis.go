@@ -279,6 +279,7 @@ func aclNeeds(prefix string, cluster bool) []aclNeed {
 		{label: "EVALSHA", args: []any{"EVALSHA", sha, 2, k, seq}},
 		{label: "EVAL", args: []any{"EVAL", "return 1", 2, k, seq}},
 		{label: "GET", args: []any{"GET", k}},
+		{label: "EXISTS", args: []any{"EXISTS", k, q}},
 		{label: "SET", args: []any{"SET", k, "1:x", "PX", 1000}},
 		{label: "PEXPIRE", args: []any{"PEXPIRE", k, 1000}},
 		{label: "PTTL", args: []any{"PTTL", k}},
@@ -307,7 +308,7 @@ func aclNeeds(prefix string, cluster bool) []aclNeed {
 // fencectl needs nothing more (it opens with HELLO, which every user may
 // run), except SCAN for locks list.
 func aclCommands(cluster bool) string {
-	cmds := "+evalsha +eval +get +set +pexpire +pttl +del +time +lindex +lpop +rpush +lrem +hget +hset +hdel +hexists " +
+	cmds := "+evalsha +eval +get +exists +set +pexpire +pttl +del +time +lindex +lpop +rpush +lrem +hget +hset +hdel +hexists " +
 		"+publish +subscribe +info +pubsub|numsub"
 	if cluster {
 		cmds += " +spublish +ssubscribe +cluster|slots"
