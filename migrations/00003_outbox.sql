@@ -5,17 +5,21 @@
 -- sent. So an effect leaves only if its transaction committed, and a stale
 -- holder's effects never do: they roll back with its writes.
 --
--- An application role reaches the table only through the functions below
--- (SECURITY DEFINER, search_path pinned), like the rest of the schema:
--- outbox_add for writers, outbox_claim / outbox_ack / outbox_retry /
--- outbox_release for relays, outbox_list / outbox_counts / outbox_requeue
--- for operators.
+-- A writer inserts its rows itself (INSERT on the columns a writer sets
+-- is granted to PUBLIC, reachable only with USAGE on the schema, so an
+-- application role needs no grant of its own); the row trigger
+-- fencelock_outbox_protect refuses a row that does not carry its
+-- transaction's claim (FL002). Everything else goes through the functions
+-- below (SECURITY DEFINER, search_path pinned), like the rest of the
+-- schema: outbox_add for writers in raw SQL, outbox_claim / outbox_ack /
+-- outbox_retry / outbox_release for relays, outbox_list / outbox_counts /
+-- outbox_requeue for operators.
 
 -- +goose Up
 
 -- One row per effect not yet delivered. resource, token and holder are the
--- claim of the transaction that wrote it, taken from the settings that
--- fencelock.open (or claim) set, never from the caller.
+-- claim of the transaction that wrote it: the trigger below refuses any
+-- other.
 --
 -- A row is due when due_at has passed. Claiming sets claim (a number the
 -- relay picked for that claim) and moves due_at by the visibility timeout:
@@ -23,15 +27,20 @@
 -- due again, and its late ack, which names its claim, matches nothing.
 -- After max attempts (or a terminal refusal) dead_at is set: dead rows are
 -- never claimed until requeued.
+--
+-- Written in every transaction that records an effect, so it is kept
+-- lean: no CHECK constraint (each costs its expression's compilation in
+-- every inserting statement; outbox_add and package outbox check what
+-- they write), headers NULL when there are none.
 CREATE TABLE fencelock.outbox (
     id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    resource    text        NOT NULL CHECK (resource <> ''),
-    token       bigint      NOT NULL CHECK (token > 0),
-    holder      text        NOT NULL CHECK (holder <> ''),
-    destination text        NOT NULL CHECK (destination <> ''),
-    key         text        NOT NULL CHECK (key <> ''),
+    resource    text        NOT NULL,
+    token       bigint      NOT NULL,
+    holder      text        NOT NULL,
+    destination text        NOT NULL,
+    key         text        NOT NULL,
     payload     bytea       NOT NULL,
-    headers     jsonb       NOT NULL DEFAULT '{}',
+    headers     jsonb,
     ordered     boolean     NOT NULL DEFAULT false,
     created_at  timestamptz NOT NULL DEFAULT now(),
     due_at      timestamptz NOT NULL DEFAULT now(),
@@ -41,17 +50,20 @@ CREATE TABLE fencelock.outbox (
     dead_at     timestamptz
 );
 
--- The claim's two paths, neither a full scan: unordered rows by due time;
+-- The claim's two paths, neither a full scan (each row is in one of them;
+-- each costs every insert its predicate, the one a row matches its entry): unordered rows by due time;
 -- ordered rows by resource, then token and id, so that the head of each
 -- resource is found by one index probe per resource.
 CREATE INDEX outbox_due_idx ON fencelock.outbox (due_at) WHERE dead_at IS NULL AND NOT ordered;
 CREATE INDEX outbox_ordered_idx ON fencelock.outbox (resource, token, id) WHERE dead_at IS NULL AND ordered;
-CREATE INDEX outbox_dead_idx ON fencelock.outbox (dead_at) WHERE dead_at IS NOT NULL;
+-- Dead rows have no index of their own: only operators look for them
+-- (outbox_list, outbox_counts), and every index costs each insert.
 
-COMMENT ON TABLE fencelock.outbox IS 'Side effects recorded by fenced transactions (package outbox), deleted once delivered. Written only by fencelock.outbox_add in a transaction with a current claim (the fencelock_outbox_protect trigger, protect_guard, refuses any other insert, FL002); claimed, retried and deleted by relays through outbox_claim/outbox_retry/outbox_ack.';
+COMMENT ON TABLE fencelock.outbox IS 'Side effects recorded by fenced transactions (package outbox), deleted once delivered. Written in a transaction with a claim, each row carrying that claim (resource, token, holder): the fencelock_outbox_protect trigger refuses any other row (FL002); the claim is checked under the fence lock by the transaction itself (the commit''s check in a guarded transaction, fencelock.claim or outbox_add in raw SQL). Claimed, retried and deleted by relays through outbox_claim/outbox_retry/outbox_ack.';
 COMMENT ON COLUMN fencelock.outbox.resource IS 'Resource (lock name) of the transaction that recorded the effect.';
 COMMENT ON COLUMN fencelock.outbox.token IS 'Fencing token of that transaction; sent as Fencing-Token.';
 COMMENT ON COLUMN fencelock.outbox.holder IS 'Holder of that transaction; sent as Fencing-Holder.';
+COMMENT ON COLUMN fencelock.outbox.headers IS 'Extra headers, {name: [values]}; NULL when none.';
 COMMENT ON COLUMN fencelock.outbox.destination IS 'Where the effect goes (a URL for the HTTP sender).';
 COMMENT ON COLUMN fencelock.outbox.key IS 'Idempotency key; sent as Idempotency-Key, the same on every attempt.';
 COMMENT ON COLUMN fencelock.outbox.ordered IS 'Delivered only after every older live ordered row of the same resource (by token, then id).';
@@ -61,16 +73,67 @@ COMMENT ON COLUMN fencelock.outbox.claim IS 'The claim of the relay that holds t
 COMMENT ON COLUMN fencelock.outbox.last_error IS 'Why the last attempt failed.';
 COMMENT ON COLUMN fencelock.outbox.dead_at IS 'Set when the row ran out of attempts or was refused for good; dead rows wait for fencelock.outbox_requeue.';
 
--- A raw insert without a current claim fails: the same statement trigger
--- that pgfence's Protect installs on user tables. Relays update and delete
--- rows without a claim, so only INSERT is covered.
-CREATE TRIGGER fencelock_outbox_protect BEFORE INSERT ON fencelock.outbox
-    FOR EACH STATEMENT EXECUTE FUNCTION fencelock.protect_guard();
+-- outbox_guard, the row trigger fencelock_outbox_protect: a row is
+-- accepted only with the claim of its transaction (the setting
+-- fencelock.claim, which open, the stores' check at begin and claim set),
+-- so a row written without a claim, or for another one, is refused
+-- (FL002, as protect_guard refuses a write to a protected table). It does
+-- not check the claim against the fence: the transaction's own claim does
+-- that, under the fence lock, before it commits (a guarded transaction's
+-- commit; in raw SQL fencelock.claim, which the writer calls first and
+-- outbox_add calls itself), so every row commits only with a current
+-- token. A raw SQL writer that only ran precheck must claim.
+--
+-- It runs for every effect recorded, so it is written like open and close
+-- (see 00002): no SET clause, not SECURITY DEFINER (it reads only the
+-- row and the setting), every name schema-qualified, and the row's claim
+-- compared with the setting in one expression,
+-- '<token>:<length of resource>:<resource><holder>'.
+-- +goose StatementBegin
+CREATE FUNCTION fencelock.outbox_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    c pg_catalog.text;
+BEGIN
+    IF (NEW.token::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.length(NEW.resource)::pg_catalog.text
+        OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) NEW.resource OPERATOR(pg_catalog.||) NEW.holder
+        OPERATOR(pg_catalog.=) pg_catalog.current_setting('fencelock.claim', true)) IS NOT TRUE THEN
+        -- After a claiming transaction ends the setting reads '' for the
+        -- rest of the session, not NULL.
+        c := pg_catalog.current_setting('fencelock.claim', true);
+        RAISE EXCEPTION 'fencelock: INSERT on fencelock.outbox %',
+            CASE WHEN c IS NULL OR c OPERATOR(pg_catalog.=) ''
+                 THEN 'without a fence claim: record effects inside a guarded transaction, or call fencelock.claim(resource, token, holder) first in the same transaction (fencelock.outbox_add does it for you)'
+                 ELSE pg_catalog.format('of a row for resource "%s", token %s, holder "%s", which is not the transaction''s claim: a row carries the claim of its transaction (fencelock.outbox_add fills it in)',
+                                        NEW.resource, NEW.token, NEW.holder) END
+            USING ERRCODE = 'FL002',
+                  DETAIL = pg_catalog.json_build_object('table', 'fencelock.outbox',
+                      'claimed', CASE WHEN c OPERATOR(pg_catalog.<>) '' THEN c END, 'required', NEW.resource)::pg_catalog.text;
+    END IF;
+    RETURN NEW;
+END;
+$$;
+-- +goose StatementEnd
 
--- outbox_add records effects for the transaction's claim: p_effects is a
--- JSON array of {"d": destination, "k": key, "p": payload in base64,
--- "h": {name: [values]}, "o": ordered}. One statement for all of them, so
--- the protect trigger runs once. With p_notify it also queues a NOTIFY on
+CREATE TRIGGER fencelock_outbox_protect BEFORE INSERT ON fencelock.outbox
+    FOR EACH ROW EXECUTE FUNCTION fencelock.outbox_guard();
+
+-- A writer needs no grant of its own: the columns it sets are open to
+-- every role that may use the schema (the trigger holds the claim's to
+-- the transaction's); the relay's columns are the functions'.
+GRANT INSERT (resource, token, holder, destination, key, payload, headers, ordered) ON fencelock.outbox TO PUBLIC;
+
+-- outbox_add records effects for the transaction's claim, for writers in
+-- raw SQL and other languages: p_effects is a JSON array of
+-- {"d": destination, "k": key, "p": payload in base64,
+-- "h": {name: [values]}, "o": ordered}, each with a non-empty d and k
+-- (22023 otherwise), each row carrying the transaction's claim. It claims
+-- that claim first (fencelock.claim: the token checked, and the fence
+-- lock held, until the transaction ends; FL001 when overtaken), so a
+-- writer that only ran precheck commits in token order too; without a
+-- claim the trigger refuses the rows (FL002). With p_notify it also queues a NOTIFY on
 -- channel fencelock_outbox, sent by Postgres at commit (relays that
 -- listen wake at once; it costs a lock at commit, see package outbox).
 -- +goose StatementBegin
@@ -81,18 +144,35 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    n integer;
+    c    text := nullif(current_setting('fencelock.claim', true), '');
+    t    text;
+    n    text;
+    rest text;
+    r    text;
+    h    text;
+    cnt  integer;
 BEGIN
+    IF EXISTS (SELECT FROM jsonb_array_elements(p_effects) e
+                WHERE coalesce(e->>'d', '') = '' OR coalesce(e->>'k', '') = '') THEN
+        PERFORM fencelock.raise_invalid('outbox_add', 'every effect needs a non-empty "d" (destination) and "k" (key)');
+    END IF;
+    IF c IS NOT NULL THEN
+        t := split_part(c, ':', 1);
+        n := split_part(c, ':', 2);
+        rest := substr(c, length(t) + length(n) + 3);
+        r := left(rest, n::integer);
+        h := substr(rest, n::integer + 1);
+        PERFORM fencelock.claim(r, t::bigint, h);
+    END IF;
     INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload, headers, ordered)
-    SELECT current_setting('fencelock.resource', true), current_setting('fencelock.token', true)::bigint,
-           current_setting('fencelock.holder', true), e->>'d', e->>'k', decode(coalesce(e->>'p', ''), 'base64'),
-           coalesce(e->'h', '{}'::jsonb), coalesce((e->>'o')::boolean, false)
+    SELECT r, t::bigint, h, e->>'d', e->>'k', decode(coalesce(e->>'p', ''), 'base64'),
+           nullif(e->'h', '{}'::jsonb), coalesce((e->>'o')::boolean, false)
       FROM jsonb_array_elements(p_effects) e;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    IF p_notify AND n > 0 THEN
+    GET DIAGNOSTICS cnt = ROW_COUNT;
+    IF p_notify AND cnt > 0 THEN
         PERFORM pg_notify('fencelock_outbox', '');
     END IF;
-    RETURN n;
+    RETURN cnt;
 END;
 $$;
 -- +goose StatementEnd
@@ -325,7 +405,9 @@ $$;
 -- +goose StatementEnd
 
 COMMENT ON FUNCTION fencelock.outbox_add(jsonb, boolean) IS
-    'outbox_add(effects jsonb[, notify]): records effects ([{"d","k","p" base64,"h","o"}]) for the transaction''s current claim (FL002 without one, through the protect trigger); with notify, NOTIFY fencelock_outbox at commit. Returns the rows added.';
+    'outbox_add(effects jsonb[, notify]): raw SQL: claims the transaction''s claim (fencelock.claim, FL001 when overtaken) and records effects ([{"d","k","p" base64,"h","o"}], d and k non-empty, else 22023) for it (FL002 without one, through the protect trigger); with notify, NOTIFY fencelock_outbox at commit. Returns the rows added.';
+COMMENT ON FUNCTION fencelock.outbox_guard() IS
+    'Row trigger fencelock_outbox_protect on fencelock.outbox: refuses a row whose resource, token and holder are not the transaction''s claim, or without one (FL002). The claim itself is checked under the fence lock by the transaction''s commit or by fencelock.claim.';
 COMMENT ON FUNCTION fencelock.outbox_heads(text, text, integer) IS
     'Internal (called by outbox_claim): ids of due ordered rows that head their resource, resources in (after, upto], loose index scan.';
 COMMENT ON FUNCTION fencelock.outbox_claim(bigint, integer, interval, text) IS
@@ -343,7 +425,7 @@ COMMENT ON FUNCTION fencelock.outbox_counts() IS
 COMMENT ON FUNCTION fencelock.outbox_requeue(bigint[]) IS
     'outbox_requeue(ids): makes dead rows (all of them when ids is NULL) due again, attempts reset (fencectl outbox requeue). Returns the rows requeued.';
 
-REVOKE ALL ON FUNCTION fencelock.outbox_add(jsonb, boolean), fencelock.outbox_heads(text, text, integer),
+REVOKE ALL ON FUNCTION fencelock.outbox_guard(), fencelock.outbox_add(jsonb, boolean), fencelock.outbox_heads(text, text, integer),
     fencelock.outbox_claim(bigint, integer, interval, text), fencelock.outbox_ack(bigint[], bigint[]),
     fencelock.outbox_retry(bigint[], bigint[], text[], bigint[], boolean[]), fencelock.outbox_release(bigint[], bigint[]),
     fencelock.outbox_list(boolean, integer), fencelock.outbox_counts(), fencelock.outbox_requeue(bigint[]) FROM PUBLIC;
@@ -363,6 +445,7 @@ DROP FUNCTION fencelock.outbox_claim(bigint, integer, interval, text);
 DROP FUNCTION fencelock.outbox_heads(text, text, integer);
 DROP FUNCTION fencelock.outbox_add(jsonb, boolean);
 DROP TABLE fencelock.outbox;
+DROP FUNCTION fencelock.outbox_guard();
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sql IMMUTABLE AS $$ SELECT 2::bigint $$;
 -- +goose StatementEnd

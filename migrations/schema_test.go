@@ -21,10 +21,11 @@ var entryPoints = []string{"advance", "claim", "close", "open",
 	"outbox_ack", "outbox_add", "outbox_claim", "outbox_counts", "outbox_list", "outbox_release", "outbox_requeue", "outbox_retry",
 	"precheck", "protect_guard", "prune", "run_state"}
 
-// hotPath are the entry points every guarded transaction runs: no SET
-// clause (a settings save and restore per call), every name qualified
+// hotPath are the functions every guarded transaction (open, close) or
+// every recorded effect (outbox_guard, the outbox's row trigger) runs: no
+// SET clause (a settings save and restore per call), every name qualified
 // instead (TestHotPathQualified, TestHotPathHostileSearchPath).
-var hotPath = map[string]bool{"open": true, "close": true}
+var hotPath = map[string]bool{"open": true, "close": true, "outbox_guard": true}
 
 // A DBA reads the schema in \d+ and \df+: every table and function says
 // what it is. Entry points run as their owner with a pinned search_path;

@@ -4,13 +4,45 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fencelock/fencelock/internal/pgcore"
 )
 
-// sqlAdd records a JSON array of effects (see effect.go's row) for the
-// transaction's claim.
-const sqlAdd = `SELECT fencelock.outbox_add($1::jsonb)`
+// The statements Add queues: a plain INSERT, each row carrying the
+// transaction's claim (the outbox's trigger refuses any other, and the
+// commit checks that claim under the fence lock), one row per effect up
+// to maxValuesRows (a statement per row count, each prepared once per
+// connection by pgfence), a JSON array for more (one statement however
+// many). Every name is schema-qualified: the session's search_path cannot
+// change what they run.
+const (
+	maxValuesRows = 8
+	sqlAddJSON    = `INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload, headers, ordered)` +
+		` SELECT $1, $2, $3, e OPERATOR(pg_catalog.->>) 'd', e OPERATOR(pg_catalog.->>) 'k',` +
+		` pg_catalog.decode(COALESCE(e OPERATOR(pg_catalog.->>) 'p', ''), 'base64'), e OPERATOR(pg_catalog.->) 'h',` +
+		` COALESCE((e OPERATOR(pg_catalog.->>) 'o')::pg_catalog.bool, false)` +
+		` FROM pg_catalog.jsonb_array_elements($4::pg_catalog.jsonb) e`
+)
+
+// sqlAddValues[n] inserts n effects: the claim ($1-$3), then five
+// parameters per effect.
+var sqlAddValues = func() [maxValuesRows + 1]string {
+	var out [maxValuesRows + 1]string
+	for n := 1; n <= maxValuesRows; n++ {
+		var b strings.Builder
+		b.WriteString(`INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload, headers, ordered) VALUES `)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			p := 5*i + 4
+			fmt.Fprintf(&b, "($1, $2, $3, $%d, $%d, $%d, $%d, $%d)", p, p+1, p+2, p+3, p+4)
+		}
+		out[n] = b.String()
+	}
+	return out
+}()
 
 // Add records effects in tx, the transaction that guard.Exec (or a Run's
 // Step) gives fn, of pgfence (a pgx.Tx, or a savepoint of it) or sqlfence
@@ -37,11 +69,15 @@ func Add(ctx context.Context, tx any, effects ...Effect) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("outbox: add: %w", err)
 	}
-	arg, err := encode(effects)
+	claim, err := pgcore.ClaimOf(tx)
+	if err != nil {
+		return addError(err)
+	}
+	sql, args, err := encode(claim, effects)
 	if err != nil {
 		return err
 	}
-	if err := pgcore.OnCommit(tx, sqlAdd, arg); err != nil {
+	if err := pgcore.OnCommit(tx, sql, args...); err != nil {
 		return addError(err)
 	}
 	// Registered after the statement: an Add that queued nothing wakes no

@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +20,8 @@ import (
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -330,4 +335,145 @@ func TestAddNoRoundTrip(t *testing.T) {
 	assert.Equal(t, without, many, "two effects")
 	all, _ := rows(t, db.Pool)
 	assert.Equal(t, 3, all)
+}
+
+// outboxRow is a recorded effect as the table holds it.
+type outboxRow struct {
+	Resource, Holder, Destination, Key string
+	Token                              int64
+	Payload                            []byte
+	Headers                            map[string][]string
+	Ordered                            bool
+}
+
+func outboxRows(t *testing.T, db *testenv.DB, where string) []outboxRow {
+	t.Helper()
+	rs, err := db.Pool.Query(ctxT(t), `SELECT resource, holder, destination, key, token, payload, headers, ordered
+		FROM fencelock.outbox WHERE `+where+` ORDER BY id`)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rs, pgx.RowToStructByPos[outboxRow])
+	require.NoError(t, err)
+	return out
+}
+
+// Every shape of Add records the effects as given, in order, each stamped
+// with the transaction's claim: one effect, a full row list (one
+// statement), more than that (the JSON form), with headers or without,
+// an empty payload, ordered or not, through either store.
+func TestAddShapes(t *testing.T) {
+	db := newDB(t)
+	for _, s := range stores(t, db) {
+		t.Run(s.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			for _, n := range []int{1, 8, 20} {
+				res := fmt.Sprintf("shape:%s:%d", s.name, n)
+				var want []outboxRow
+				var effects []outbox.Effect
+				for i := range n {
+					e := outbox.Effect{Destination: "https://x.example/" + strconv.Itoa(i), Key: res + "/" + strconv.Itoa(i), Ordered: i%2 == 0}
+					r := outboxRow{Resource: res, Holder: "h-" + s.name, Token: int64(n), Destination: e.Destination, Key: e.Key, Ordered: e.Ordered, Payload: []byte{}}
+					if i%3 != 0 {
+						e.Payload = []byte("p\x00'\\" + strconv.Itoa(i))
+						r.Payload = e.Payload
+					}
+					if i%4 == 1 {
+						e.Header = http.Header{"content-type": {"application/json"}, "X-Many": {"a", "b"}}
+						r.Headers = map[string][]string{"Content-Type": {"application/json"}, "X-Many": {"a", "b"}}
+					}
+					effects, want = append(effects, e), append(want, r)
+				}
+				err := s.exec(ctx, lease{res, int64(n), "h-" + s.name}, func(ctx context.Context, tx any) error {
+					return outbox.Add(ctx, tx, effects...)
+				})
+				require.NoError(t, err, n)
+				assert.Equal(t, want, outboxRows(t, db, fmt.Sprintf("resource = '%s'", res)), "%d effects", n)
+			}
+		})
+	}
+}
+
+// An application role with only the documented grants (USAGE on the
+// schema, EXECUTE on its functions) records effects through either store;
+// as raw SQL it may insert rows of its transaction's claim, never of
+// another or without one, and cannot set a relay's columns, change or
+// delete a row.
+func TestAddRestrictedRole(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	role := "fl_outbox_app_" + strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 36)
+	for _, q := range []string{
+		`CREATE ROLE ` + role + ` LOGIN NOSUPERUSER NOINHERIT`,
+		`GRANT USAGE ON SCHEMA fencelock TO ` + role,
+		`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO ` + role,
+	} {
+		_, err := db.Pool.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.User = url.User(role)
+	cfg, err := pgxpool.ParseConfig(u.String())
+	require.NoError(t, err)
+	app, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(app.Close)
+	pg, err := pgfence.New(app)
+	require.NoError(t, err)
+	sdb, err := sql.Open("pgx", u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sdb.Close() })
+	sq, err := sqlfence.New(sdb)
+	require.NoError(t, err)
+
+	_, err = guard.Exec(ctx, pg, lease{"app", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+		return outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: "pg"}, outbox.Effect{Destination: "d", Key: "pg2", Header: http.Header{"X-A": {"1"}}})
+	})
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, sq, lease{"app", 1, "a"}, func(ctx context.Context, tx *sql.Tx) error {
+		return outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: "sql"})
+	})
+	require.NoError(t, err)
+	assert.Len(t, outboxRows(t, db, "resource = 'app' AND token = 1 AND holder = 'a'"), 3)
+
+	code := func(err error) string {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return pgErr.Code
+		}
+		return fmt.Sprint(err)
+	}
+	ins := `INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload) VALUES ('app', 2, 'b', 'd', 'raw', '')`
+	for q, want := range map[string]string{
+		ins: "FL002",
+		`INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload, due_at) VALUES ('app', 2, 'b', 'd', 'k', '', now())`: "42501",
+		`UPDATE fencelock.outbox SET due_at = now()`: "42501",
+		`DELETE FROM fencelock.outbox`:               "42501",
+	} {
+		_, err := app.Exec(ctx, q)
+		assert.Equal(t, want, code(err), q)
+	}
+	tx, err := app.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT fencelock.claim('app', 2, 'b')`)
+	require.NoError(t, err)
+	for _, other := range []string{
+		`INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload) VALUES ('app', 1, 'b', 'd', 'k', '')`,
+		`INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload) VALUES ('app', 2, 'a', 'd', 'k', '')`,
+		`INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload) VALUES ('ap', 2, 'pb', 'd', 'k', '')`,
+	} {
+		_, err = tx.Exec(ctx, "SAVEPOINT s; "+other)
+		assert.Equal(t, "FL002", code(err), other)
+		assert.ErrorContains(t, err, "not the transaction's claim", other)
+		_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT s")
+		require.NoError(t, err)
+	}
+	_, err = tx.Exec(ctx, ins)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	assert.Len(t, outboxRows(t, db, "key = 'raw' AND resource = 'app' AND token = 2 AND holder = 'b'"), 1)
 }

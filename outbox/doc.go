@@ -24,6 +24,10 @@
 // The rows are written in the round trip that commits (pgfence: no round
 // trip of their own; sqlfence: one per Add, at the commit), after fn has
 // returned, so a holder frozen inside fn holds no lock because of them.
+// Each Add is one plain INSERT of rows that carry the transaction's claim
+// (resource, token, holder); the commit's own check of that claim, under
+// the fence lock, is what lets them commit, so they cost no check of
+// their own. pgfence prepares the statement once per connection.
 // The relays of the process wake when the commit succeeds; [Notify] wakes
 // those of other processes too.
 //
@@ -34,9 +38,12 @@
 //
 // d is the destination, k the key, p the payload (base64), h the headers
 // ({"Name": ["value"]}), o true for per-resource order; a second argument
-// true also notifies. The rows take the transaction's claim (resource,
-// token, holder); a transaction without a current claim cannot record any
-// (FL002, from the same trigger function that pgfence's Protect installs).
+// true also notifies. outbox_add claims the transaction's claim itself
+// (FL001 when it is stale) and writes rows for it. The outbox's row
+// trigger refuses a row written without a claim in its transaction, or
+// for another claim than the transaction's (FL002); a raw INSERT into
+// fencelock.outbox (an application role may insert the columns a writer
+// sets) must therefore carry its claim, and claim it before COMMIT.
 //
 // # The promise
 //

@@ -129,7 +129,7 @@ func validHeaderValue(s string) bool {
 	return utf8.ValidString(s)
 }
 
-// row is an effect as fencelock.outbox_add reads it.
+// row is an effect as sqlAddJSON (and fencelock.outbox_add) reads it.
 type row struct {
 	D string              `json:"d"`
 	K string              `json:"k"`
@@ -138,29 +138,58 @@ type row struct {
 	O bool                `json:"o,omitempty"`
 }
 
-// encode checks effects and returns them as outbox_add's argument.
-func encode(effects []Effect) (string, error) {
+// encode checks effects and returns the statement that records them for
+// claim, with its arguments.
+func encode(claim guard.Claim, effects []Effect) (string, []any, error) {
 	if len(effects) == 0 {
-		return "", fmt.Errorf("%w: no effect given", ErrInvalidEffect)
+		return "", nil, fmt.Errorf("%w: no effect given", ErrInvalidEffect)
+	}
+	for i := range effects {
+		if err := effects[i].check(i); err != nil {
+			return "", nil, err
+		}
+	}
+	if len(effects) <= maxValuesRows {
+		args := make([]any, 0, 3+5*len(effects))
+		args = append(args, claim.Resource, claim.Token, claim.Holder)
+		for i := range effects {
+			e := &effects[i]
+			var header any
+			if h := canonical(e.Header); h != nil {
+				b, err := json.Marshal(h)
+				if err != nil {
+					return "", nil, fmt.Errorf("outbox: encode effects: %w", err)
+				}
+				header = string(b)
+			}
+			payload := e.Payload
+			if payload == nil {
+				payload = []byte{} // NULL is not an empty payload
+			}
+			args = append(args, e.Destination, e.Key, payload, header, e.Ordered)
+		}
+		return sqlAddValues[len(effects)], args, nil
 	}
 	rows := make([]row, len(effects))
 	for i := range effects {
 		e := &effects[i]
-		if err := e.check(i); err != nil {
-			return "", err
-		}
-		r := row{D: e.Destination, K: e.Key, P: base64.StdEncoding.EncodeToString(e.Payload), O: e.Ordered}
-		if len(e.Header) > 0 {
-			r.H = make(map[string][]string, len(e.Header))
-			for name, v := range e.Header {
-				r.H[http.CanonicalHeaderKey(name)] = append(r.H[http.CanonicalHeaderKey(name)], v...)
-			}
-		}
-		rows[i] = r
+		rows[i] = row{D: e.Destination, K: e.Key, P: base64.StdEncoding.EncodeToString(e.Payload), H: canonical(e.Header), O: e.Ordered}
 	}
 	b, err := json.Marshal(rows)
 	if err != nil {
-		return "", fmt.Errorf("outbox: encode effects: %w", err)
+		return "", nil, fmt.Errorf("outbox: encode effects: %w", err)
 	}
-	return string(b), nil
+	return sqlAddJSON, []any{claim.Resource, claim.Token, claim.Holder, string(b)}, nil
+}
+
+// canonical is h with canonical names, nil when it holds nothing.
+func canonical(h http.Header) map[string][]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string][]string, len(h))
+	for name, v := range h {
+		out[http.CanonicalHeaderKey(name)] = append(out[http.CanonicalHeaderKey(name)], v...)
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package pgfence_test
 import (
 	"context"
 	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 
@@ -85,4 +86,64 @@ func TestOnCommit(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// On a direct connection a queued statement is prepared once, in the
+// commit's round trip, and bound by name after: the server keeps one
+// prepared statement per queued text (pg_prepared_statements), up to a
+// bound per connection past which the rest go unnamed. A queued statement
+// the server cannot prepare fails its transaction with its own error, and
+// the next transaction prepares the good ones as usual.
+func TestOnCommitPrepared(t *testing.T) {
+	db := newDB(t)
+	stockTable(t, db.Pool)
+	mustExec(t, db.Pool, "CREATE TABLE queued (v text)")
+	ctx := testCtx(t)
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(ctx))
+	s := newStore(t, conn)
+	l := lease{"r", 1, "a"}
+	exec := func(queue ...string) error {
+		_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
+			for i, q := range queue {
+				if err := pgcore.OnCommit(tx, q, "v"+strconv.Itoa(i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		return err
+	}
+	prepared := func() []string {
+		t.Helper()
+		rows, err := conn.Query(ctx, `SELECT statement FROM pg_prepared_statements WHERE name LIKE 'fencelock\_q\_%' ORDER BY statement`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+	ins := "INSERT INTO queued (v) VALUES ($1)"
+	require.NoError(t, exec(ins, ins))
+	require.NoError(t, exec(ins))
+	assert.Equal(t, []string{ins}, prepared(), "one statement prepared for three uses")
+	assert.EqualValues(t, 3, count(t, db.Pool, "SELECT count(*) FROM queued"))
+
+	err = exec(ins, "INSERT INTO queued (v) VALUES ($1) oops")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "statement 2 of 2 queued for the commit failed")
+	assert.Contains(t, err.Error(), `syntax error at or near "oops"`)
+	assert.EqualValues(t, 3, count(t, db.Pool, "SELECT count(*) FROM queued"), "nothing of it committed")
+	require.NoError(t, exec(ins))
+	assert.Equal(t, []string{ins}, prepared())
+
+	// Many distinct texts (SQL built with literals): a bounded number is
+	// prepared, every one runs.
+	for i := range 60 {
+		require.NoError(t, exec("INSERT INTO queued (v) SELECT $1 || '"+strconv.Itoa(i)+"'"))
+	}
+	n := len(prepared())
+	assert.Less(t, n, 60, "prepared queued statements are bounded per connection")
+	assert.Greater(t, n, 1)
+	assert.EqualValues(t, 64, count(t, db.Pool, "SELECT count(*) FROM queued"))
 }

@@ -45,6 +45,9 @@ type connState struct {
 	direct bool
 	// prepared holds the names of the statements prepared on it.
 	prepared map[string]bool
+	// queued counts the names in prepared that are statements queued
+	// with pgcore.OnCommit (see queuedStmts).
+	queued int
 }
 
 // sqlStmt is one of pgfence's statements: its text, its parameter types
@@ -147,7 +150,7 @@ func (s *Store) prepareAll(ctx context.Context, cs *connState, conn *pgconn.PgCo
 
 // forget drops what cs knew of the connection's prepared statements, after
 // one was found missing.
-func (cs *connState) forget() { cs.prepared = map[string]bool{} }
+func (cs *connState) forget() { cs.prepared, cs.queued = map[string]bool{}, 0 }
 
 // missingStatement reports whether any result failed because a prepared
 // statement was gone (26000).

@@ -164,12 +164,15 @@ func args(vals [][]byte, oids []uint32) []any {
 }
 
 // stmt is one statement of a pipeline: sent by name when name is set (it
-// is prepared on the connection), else unnamed.
+// is prepared on the connection), else unnamed; with prepare, it is not
+// run but prepared under name (Parse and Describe: its result is the
+// description, or the server's error).
 type stmt struct {
-	sql  string
-	vals [][]byte
-	oids []uint32
-	name string
+	sql     string
+	vals    [][]byte
+	oids    []uint32
+	name    string
+	prepare bool
 }
 
 // bind is st with its values, by name when named.
@@ -201,9 +204,12 @@ func pipeline(ctx context.Context, conn *pgconn.PgConn, segments ...[]stmt) (res
 	p := conn.StartPipeline(ctx)
 	for _, seg := range segments {
 		for _, st := range seg {
-			if st.name != "" {
+			switch {
+			case st.prepare:
+				p.SendPrepare(st.name, st.sql, st.oids)
+			case st.name != "":
 				p.SendQueryPrepared(st.name, st.vals, nil, nil)
-			} else {
+			default:
 				p.SendQueryParams(st.sql, st.vals, st.oids, nil, nil)
 			}
 		}
@@ -234,6 +240,8 @@ func pipeline(ctx context.Context, conn *pgconn.PgConn, segments ...[]stmt) (res
 					res[i][k].skipped = true
 				}
 				synced = true
+			case *pgconn.StatementDescription:
+				// A statement prepared: nothing to read.
 			case *pgconn.ResultReader:
 				if r.NextRow() {
 					for _, v := range r.Values() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
@@ -77,6 +79,9 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 		t, advErr, err = s.beginOnConn(ctx, db, v, advance, func() {})
 	default:
 		t, advErr, err = s.beginGeneric(ctx, v, advance)
+	}
+	if t != nil {
+		t.tx.queue.Claim = c
 	}
 	if cache && advance && advErr == nil && (err == nil || errors.Is(err, guard.ErrAlreadyApplied)) {
 		// advance committed: the token is stored.
@@ -232,10 +237,8 @@ func (t *txn) commit(ctx context.Context) error {
 		return t.commitGeneric(ctx, queued)
 	}
 	pc := t.conn.PgConn()
-	seg := make([]stmt, 0, len(queued)+3)
-	for _, q := range queued {
-		seg = append(seg, stmt{sql: q.SQL, vals: q.Encoded.([][]byte)})
-	}
+	seg := t.queuedStmts(pc, queued)
+	nq := len(seg)
 	claim := 1
 	if t.plain {
 		claim = 2
@@ -245,12 +248,15 @@ func (t *txn) commit(ctx context.Context) error {
 	}
 	seg = append(seg, t.s.stCommit.bind(nil, t.named))
 	res, sent, err := pipeline(ctx, pc, seg)
+	if len(res) > 0 {
+		notePrepared(pc, seg[:nq], res[0])
+	}
 	if err == nil {
-		if qerr := queuedError(res[0][:len(queued)], queued); qerr != nil {
+		if qerr := queuedError(foldPrepared(seg[:nq], res[0][:nq]), queued); qerr != nil {
 			rollbackConn(ctx, t.conn)
 			return qerr
 		}
-		res[0] = claimResult(res[0][len(queued):], claim)
+		res[0] = claimResult(res[0][nq:], claim)
 	}
 	if err == nil && t.named && missingStatement(res) {
 		// fn dropped pgfence's prepared statements (DEALLOCATE ALL): the
@@ -264,10 +270,10 @@ func (t *txn) commit(ctx context.Context) error {
 	if err != nil {
 		rollbackConn(ctx, t.conn)
 		if len(res) > 0 {
-			if qerr := queuedError(res[0][:len(queued)], queued); qerr != nil {
+			if qerr := queuedError(foldPrepared(seg[:nq], res[0][:nq]), queued); qerr != nil {
 				return qerr
 			}
-			res[0] = claimResult(res[0][len(queued):], claim)
+			res[0] = claimResult(res[0][nq:], claim)
 		}
 		switch {
 		case len(res) > 0 && res[0][0].err != nil:
@@ -448,4 +454,98 @@ func rollbackTx(ctx context.Context, tx pgx.Tx) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	return tx.Rollback(rctx)
+}
+
+// Queued statements are prepared like pgfence's own on a direct
+// connection: parsing and planning a statement each time costs the server
+// more than running a small one. A statement is prepared in the commit's
+// own round trip, the first time the connection sends it, under a name
+// made of its text (fencelock_q_<hash>); a connection keeps at most
+// maxQueuedPrepared of them, so that an application that builds its SQL
+// with literals does not fill the server's memory: the rest go unnamed.
+const maxQueuedPrepared = 32
+
+// queuedStmts are the statements that send queued, each preceded by its
+// preparation when it is to be prepared now.
+func (t *txn) queuedStmts(pc *pgconn.PgConn, queued []pgcore.Queued) []stmt {
+	seg := make([]stmt, 0, 2*len(queued)+3)
+	cs, _ := pc.CustomData()[connKey].(*connState)
+	prepared := 0
+	if cs != nil {
+		prepared = cs.queued
+	}
+	for _, q := range queued {
+		st := stmt{sql: q.SQL, vals: q.Encoded.([][]byte)}
+		if t.named && cs != nil {
+			name := queuedName(q.SQL)
+			switch {
+			case cs.prepared[name]:
+				st.name = name
+			case prepared < maxQueuedPrepared && !pending(seg, name):
+				seg = append(seg, stmt{sql: q.SQL, name: name, prepare: true})
+				st.name = name
+				prepared++
+			case pending(seg, name):
+				st.name = name
+			}
+		}
+		seg = append(seg, st)
+	}
+	return seg
+}
+
+// pending reports whether seg prepares name.
+func pending(seg []stmt, name string) bool {
+	for _, st := range seg {
+		if st.prepare && st.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// notePrepared records on the connection the statements of seg that the
+// server prepared (a preparation outlives the transaction, committed or
+// not).
+func notePrepared(pc *pgconn.PgConn, seg []stmt, res []stmtResult) {
+	cs, _ := pc.CustomData()[connKey].(*connState)
+	if cs == nil {
+		return
+	}
+	for i, st := range seg {
+		if st.prepare && i < len(res) && res[i].err == nil && !res[i].skipped {
+			cs.prepared[st.name] = true
+			cs.queued++
+		}
+	}
+}
+
+// foldPrepared turns the results of seg, queued statements and their
+// preparations, into one result per queued statement: a preparation's
+// error is its statement's.
+func foldPrepared(seg []stmt, res []stmtResult) []stmtResult {
+	out := make([]stmtResult, 0, len(res))
+	var perr error
+	for i, st := range seg {
+		if st.prepare {
+			if res[i].err != nil && perr == nil {
+				perr = res[i].err
+			}
+			continue
+		}
+		r := res[i]
+		if perr != nil && r.err == nil {
+			r.err = perr
+		}
+		perr = nil
+		out = append(out, r)
+	}
+	return out
+}
+
+// queuedName is the name a queued statement is prepared under.
+func queuedName(sql string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(sql))
+	return "fencelock_q_" + strconv.FormatUint(h.Sum64(), 36)
 }

@@ -156,6 +156,7 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 		return nil, s.beginError(ctx, err)
 	}
 	t := &txn{s: s, tx: tx, cancel: cancel, args: closeArgs(c, run)}
+	t.queue.Claim = c
 	pgcore.Register(tx, &t.queue)
 	t.args = append(t.args, s.nonce+"-"+strconv.FormatUint(s.serial.Add(1), 10))
 	var readOnly string

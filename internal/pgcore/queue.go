@@ -31,6 +31,9 @@ type CommitQueue struct {
 	// store's commit sends, when the statement is queued, so that an
 	// argument the driver cannot encode is an error there and then.
 	Encoder Encoder
+	// Claim is the transaction's claim, which its commit checks (the
+	// store sets it when the transaction begins); ClaimOf returns it.
+	Claim guard.Claim
 
 	mu     sync.Mutex
 	stmts  []Queued
@@ -168,6 +171,23 @@ func AfterCommit(tx any, f func()) error {
 	}
 	q.after = append(q.after, f)
 	return nil
+}
+
+// ClaimOf returns the claim of tx, an open guarded transaction as for
+// OnCommit: the resource, token and holder its commit checks (a statement
+// queued on it may carry them, as package outbox's rows do). tx that is
+// not such a transaction is an error wrapping ErrNotGuardedTx.
+func ClaimOf(tx any) (guard.Claim, error) {
+	q, err := queueOf(tx)
+	if err != nil {
+		return guard.Claim{}, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return guard.Claim{}, fmt.Errorf("%w (its Exec has ended)", ErrNotGuardedTx)
+	}
+	return q.Claim, nil
 }
 
 // queueOf is the queue of tx, an open guarded transaction's handle.
