@@ -4,9 +4,13 @@
 // Postgres's session advisory lock (two processes migrating at once take
 // turns).
 //
-// The same files apply with the goose CLI:
+// The same files apply with the operator CLI, or with the goose CLI in a
+// module that requires fencelock (the files of the version it uses), with
+// DATABASE_URL set to the database's URL:
 //
-//	goose -dir migrations -table fencelock_db_version postgres "$DATABASE_URL" up
+//	fencectl migrate up --db "$DATABASE_URL"
+//	goose -dir "$(go list -m -f '{{.Dir}}' github.com/fencelock/fencelock)/migrations" \
+//	  -table fencelock_db_version postgres "$DATABASE_URL" up
 //
 // goose records fencelock's versions in its own table, [VersionTable], so
 // they never mix with the application's goose migrations. The schema says
@@ -19,7 +23,10 @@
 // still have their trigger ([ProtectedError]) unless given [Force].
 //
 // Messages go to a *slog.Logger ([WithLogger], slog.Default() otherwise):
-// an adoption at Info, goose's own messages at Debug.
+// an adoption at Info, goose's own messages at Debug. An error is one
+// line; when the connection to Postgres fails it starts with the
+// server's answer (or the network's), then names the server, user and
+// database.
 //
 // # Schema
 //

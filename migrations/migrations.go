@@ -94,7 +94,8 @@ func setup(db *sql.DB, op string, opts []Option) (*goose.Provider, *config, erro
 // logs that it did (see WithLogger), and applies the rest. A schema without
 // that function, or with a version these migrations do not have, is
 // ErrUnrecorded, with the fix.
-func Up(ctx context.Context, db *sql.DB, opts ...Option) error {
+func Up(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
+	defer func() { err = connError("up", err) }()
 	p, cfg, err := setup(db, "up", opts)
 	if err != nil {
 		return err
@@ -121,7 +122,8 @@ func Up(ctx context.Context, db *sql.DB, opts ...Option) error {
 // While tables protected by pgfence's Protect still have their trigger,
 // Down refuses with a *ProtectedError naming them (unprotect them first),
 // unless Force is given: then it drops those triggers too.
-func Down(ctx context.Context, db *sql.DB, opts ...Option) error {
+func Down(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
+	defer func() { err = connError("down", err) }()
 	p, cfg, err := setup(db, "down", opts)
 	if err != nil {
 		return err
@@ -152,7 +154,8 @@ func Down(ctx context.Context, db *sql.DB, opts ...Option) error {
 // schema that Up would adopt (see Up) is reported applied, with the time
 // goose_db_version recorded, if it did; a schema Up would refuse is
 // ErrUnrecorded.
-func Status(ctx context.Context, db *sql.DB, opts ...Option) ([]*goose.MigrationStatus, error) {
+func Status(ctx context.Context, db *sql.DB, opts ...Option) (st []*goose.MigrationStatus, err error) {
+	defer func() { err = connError("status", err) }()
 	p, _, err := setup(db, "status", opts)
 	if err != nil {
 		return nil, err
@@ -165,7 +168,6 @@ func Status(ctx context.Context, db *sql.DB, opts ...Option) ([]*goose.Migration
 		return nil, u.err()
 	}
 	if u != nil {
-		var st []*goose.MigrationStatus
 		for _, src := range p.ListSources() {
 			s := &goose.MigrationStatus{Source: src, State: goose.StatePending}
 			if src.Version <= u.version {
@@ -175,7 +177,7 @@ func Status(ctx context.Context, db *sql.DB, opts ...Option) ([]*goose.Migration
 		}
 		return st, nil
 	}
-	st, err := p.Status(ctx)
+	st, err = p.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: status: %w", err)
 	}
