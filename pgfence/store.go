@@ -71,7 +71,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		}
 	}
 	s := &Store{db: db}
-	if err := pgcore.Apply(&s.core.Settings, opts); err != nil {
+	if err := pgcore.Apply(&s.core.Settings, opts, Option.apply); err != nil {
 		return nil, err
 	}
 	s.core.Driver, s.core.Autocommits, s.prepare = driver{db}, s.autocommits, !s.core.Unprepared

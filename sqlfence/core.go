@@ -14,8 +14,17 @@ import (
 	"github.com/fencelock/fencelock/internal/pgcore"
 )
 
-// Option configures a Store.
-type Option func(*pgcore.Settings) error
+// Option configures a Store; the With… functions of this package make
+// them. New applies them in order and returns the first one's error, which
+// matches guard.ErrInvalidOption.
+type Option interface {
+	apply(*pgcore.Settings) error
+}
+
+// option is an Option over the settings of the Postgres core.
+type option func(*pgcore.Settings) error
+
+func (o option) apply(s *pgcore.Settings) error { return o(s) }
 
 // WithLockTimeout bounds how long a guarded transaction waits for a lock:
 // the fence row at commit (held only by commits in flight, by Advance, and
@@ -25,7 +34,7 @@ type Option func(*pgcore.Settings) error
 // the transaction only (lock_timeout, set_config local) in the statement
 // that checks the claim at begin, so it costs no round trip. d must be at
 // least a millisecond. Default: Postgres's lock_timeout setting.
-func WithLockTimeout(d time.Duration) Option { return Option(pgcore.WithLockTimeout(d)) }
+func WithLockTimeout(d time.Duration) Option { return option(pgcore.WithLockTimeout(d)) }
 
 // WithIdleTimeout makes Postgres end a guarded transaction's session when
 // it sits idle (no statement from the client) for longer than d
@@ -34,7 +43,7 @@ func WithLockTimeout(d time.Duration) Option { return Option(pgcore.WithLockTime
 // next holder after d. Pick d above the longest pause between two
 // statements of a healthy fn, e.g. the lock's lease. d must be at least a
 // millisecond. Default: off.
-func WithIdleTimeout(d time.Duration) Option { return Option(pgcore.WithIdleTimeout(d)) }
+func WithIdleTimeout(d time.Duration) Option { return option(pgcore.WithIdleTimeout(d)) }
 
 // WithObserver adds o to the Store's observers: every guard.Exec through
 // the Store, and every Run.Step and Run.Finish, reports to it, and every
@@ -42,12 +51,12 @@ func WithIdleTimeout(d time.Duration) Option { return Option(pgcore.WithIdleTime
 // metrics adapter, say). Set it once here rather than
 // per call with guard.WithObserver; each call of the option adds one. o
 // must implement at least one of guard's observer interfaces.
-func WithObserver(o guard.Observer) Option { return Option(pgcore.WithObserver(o)) }
+func WithObserver(o guard.Observer) Option { return option(pgcore.WithObserver(o)) }
 
 // WithLogger logs every guarded write through the Store to l, one line
 // each (guard.NewLogObserver: committed at Debug, rejected and failed at
 // Warn, unknown outcomes at Error). Default: no logging.
-func WithLogger(l *slog.Logger) Option { return Option(pgcore.WithLogger(l)) }
+func WithLogger(l *slog.Logger) Option { return option(pgcore.WithLogger(l)) }
 
 // Advance claims the fence for lease right away, in its own transaction.
 // Call it just after acquiring the lock: from then on a previous holder

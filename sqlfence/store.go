@@ -52,7 +52,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	s := &Store{db: db, nonce: hex.EncodeToString(b[:])}
-	if err := pgcore.Apply(&s.core.Settings, opts); err != nil {
+	if err := pgcore.Apply(&s.core.Settings, opts, Option.apply); err != nil {
 		return nil, err
 	}
 	s.core.Driver = driver{db}

@@ -23,17 +23,19 @@ type Settings struct {
 	Unprepared bool
 }
 
-// Option sets one of a Store's Settings; the stores' Option types convert
-// to and from it.
+// Option sets one of a Store's Settings. The stores wrap it in an Option
+// interface of their own with an unexported method, so that their exported
+// API names nothing of this package.
 type Option = func(*Settings) error
 
-// Apply runs opts on s in order; a nil option is an error.
-func Apply[O ~func(*Settings) error](s *Settings, opts []O) error {
+// Apply runs opts on s in order through apply (a store's unexported
+// method); a nil option is an error.
+func Apply[O any](s *Settings, opts []O, apply func(O, *Settings) error) error {
 	for _, o := range opts {
-		if o == nil {
+		if any(o) == nil {
 			return fmt.Errorf("%w: nil Option", guard.ErrInvalidOption)
 		}
-		if err := o(s); err != nil {
+		if err := apply(o, s); err != nil {
 			return err
 		}
 	}
