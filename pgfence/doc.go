@@ -66,9 +66,9 @@
 // pgfence's own statements are bound parameters, never literals. On a
 // connection that goes straight to Postgres they are prepared once per
 // connection, under names of their own (fencelock_open_..., visible in
-// pg_prepared_statements), and bound by name afterwards: parsing and
-// planning them in every transaction would cost the server about as much
-// again as everything else pgfence adds. Behind a pooler they go out as
+// pg_prepared_statements), and bound by name afterwards: the server
+// parses and plans them once, not in every transaction. Behind a pooler
+// they go out as
 // unnamed statements of the extended protocol (pgx's QueryExecModeExec),
 // whatever the pool's default_query_exec_mode, so they work through
 // PgBouncer in transaction pooling mode, where a named statement may not

@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Prepared statements. Parsing and planning pgfence's statements is most
-// of what a guarded transaction costs the server beyond a plain one (the
-// bench's guard profile measures it), so on a connection that goes straight to Postgres they are prepared once, under
-// names of their own, and every transaction only binds them.
+// Prepared statements. A statement sent unnamed is parsed and planned in
+// every transaction that sends it, so on a connection that goes straight
+// to Postgres pgfence's statements are prepared once, under names of
+// their own, and every transaction only binds them.
 //
 // Through a transaction pooler (PgBouncer in transaction mode and the
 // like) a prepared statement lives on whichever server connection it was
