@@ -103,8 +103,8 @@
 //   - [Store.Run]: resumable runs, a long batch in fenced steps with a
 //     cursor.
 //   - [Store.Prune] deletes old idempotency keys and finished runs.
-//   - [MapError] translates the fencelock SQLSTATEs of raw SQL into the
-//     errors of guard and this package.
+//   - [MapError] translates the fencelock SQLSTATEs of raw SQL into
+//     guard's errors, the same values sqlfence returns.
 //
 // The fencelock schema must be installed first (package migrations);
 // without it every call returns [guard.ErrSchemaMissing], which names the

@@ -61,7 +61,7 @@
 //   - [Store.Run]: resumable runs, a long batch in fenced steps;
 //   - [Store.Prune] deletes old idempotency keys and finished runs;
 //   - [MapError] translates the fencelock SQLSTATEs of raw SQL, through
-//     any driver, into the errors of guard and this package.
+//     any driver, into guard's errors, the same values pgfence returns.
 //
 // Tables protected with pgfence's Protect accept writes through sqlfence
 // (the check sets the claim their trigger reads). The fencelock schema
