@@ -136,7 +136,7 @@
 // (FLUSHALL, a restart without persistence, a failover to a replica that
 // missed writes, eviction) as long as the server clock does not run
 // backwards, and while the counter is kept they increase whatever the
-// clock does. See acquire.lua for the argument, and [Client.RaiseCounter]
+// clock does. See queue.lua for the argument, and [Client.RaiseCounter]
 // for the repair when both happened.
 //
 // # Errors
