@@ -15,8 +15,9 @@ import (
 // TestClusterStalledMasterCostsOnlyItsLocks: one master of three is
 // stopped (SIGSTOP) for three leases. The locks on the other two masters
 // keep being renewed; the locks on the stopped one are lost, by their
-// local deadline. Before renewals were split per node, a round waited for
-// the stopped master and every lock on every master was lost.
+// local deadline. It pins that a watchdog round sends and applies its
+// renewals per node: a round that waited for the stopped master would
+// lose every lock on every master.
 func TestClusterStalledMasterCostsOnlyItsLocks(t *testing.T) {
 	t.Parallel() // with the other fault tests on private topologies: they mostly wait
 	// No replicas: nothing takes over the stopped master's slots; and the

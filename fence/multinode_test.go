@@ -174,9 +174,10 @@ func watchFailover(t *testing.T, killed time.Time, done func(context.Context) bo
 const failoverLease = 24 * time.Second
 
 // failoverBound bounds how long after a failover acquisitions and
-// renewals work again: typically well under a second; without fence's
-// own slot-map reload it took go-redis's periodic refresh (60 s). Wide, so
-// that a loaded machine does not fail it; the figures are logged.
+// renewals work again: fence reloads the slot map itself on MOVED and
+// connection errors, well before go-redis's periodic refresh (60 s), which
+// the bound stays far below. Wide, so that a loaded machine does not fail
+// it; the figures are logged.
 const failoverBound = 10 * time.Second
 
 // sleepUntilRenewalDue sleeps until shortly before held's next renewal
