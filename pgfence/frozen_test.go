@@ -157,7 +157,7 @@ var errLeaseGone = errors.New("test: lease lost")
 
 // The lease is lost while the COMMIT is in flight (a proxy delays every
 // packet, so the commit takes a while on the wire). Exec must not cut the
-// commit short: that made it report an error for a transaction the server
+// commit short, which would report an error for a transaction the server
 // committed. Whatever the timing, Exec's answer and the database agree:
 // nil if and only if the row is there.
 func TestLeaseLostWhileCommitInFlight(t *testing.T) {
