@@ -1,7 +1,9 @@
-// Findings of the chaos suite, as deterministic regression tests: both
-// failed with the claim-at-commit-only design of pgfence (a lost update in
-// a read-modify-write) and pass since a guarded transaction records its
-// token at begin. They run in `make test`.
+// Interleavings the chaos suite produces by chance, replayed
+// deterministically: a lost update in a read-modify-write whose holder is
+// overtaken between its read and its write. They pin that a guarded
+// transaction records its token at begin, before fn reads, so an older
+// holder cannot commit over what a newer one has read. They run in
+// `make test`.
 package chaos
 
 import (
@@ -22,11 +24,10 @@ import (
 // (SIGSTOP, GC pause, VM freeze) loses its lease; a new holder takes the
 // lock and reads; the old holder thaws and commits before the new one
 // does. The old holder's write must be rejected: its lease is gone and a
-// newer token is at work. With the token claimed only at commit (precheck
-// without a lock at begin), the database has not seen the newer token yet,
-// so it accepts the old write, and the new holder then commits an
-// increment computed from a value that was overwritten: one update lost,
-// with guard on.
+// newer token is at work. A store that claimed the token only at commit
+// would not have seen the newer token yet, accept the old write, and let
+// the new holder commit an increment computed from a value that was
+// overwritten: one update lost, with guard on.
 //
 // The old holder's lease is handed to guard without its Done channel: a
 // frozen process cannot run its client-side check before it thaws, and
@@ -144,10 +145,12 @@ func incr(read chan<- struct{}, proceed <-chan struct{}) func(context.Context, p
 // failover acts the same) while holder A is between the read and the write
 // of a read-modify-write. B acquires at once (the lock key is gone) and
 // reads; A, whose watchdog has not renewed yet and so does not know, writes
-// and commits; B commits. Both pass the database's token check (A's token
-// is still the newest the database has seen when A commits, since B
-// claims only at commit), and one increment is lost. No process is paused
-// and both pass their *fence.Lock to guard.Exec, as applications do.
+// and commits; B commits. B's begin recorded its newer token, so the two
+// commits cannot both go through on the same read: the register holds
+// exactly the increments that committed. (A store that claimed only at
+// commit would let both pass its token check and lose one.) No process is
+// paused and both pass their *fence.Lock to guard.Exec, as applications
+// do.
 func TestFindingReadModifyWriteLostUpdateAfterRedisDataLoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
