@@ -167,8 +167,7 @@ func TestUpRefusesSchemaItCannotAdopt(t *testing.T) {
 func TestSchemaVersionPerMigration(t *testing.T) {
 	db := openDB(t, testenv.NewDB(t).URL)
 	ctx := ctxT(t)
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithTableName(migrations.VersionTable))
-	require.NoError(t, err)
+	p := gooseProvider(t, db, migrations.FS())
 	version := func() (v int64) {
 		t.Helper()
 		require.NoError(t, db.QueryRowContext(ctx, `SELECT fencelock.schema_version()`).Scan(&v))

@@ -26,8 +26,8 @@ func requireAllState(t *testing.T, db *sql.DB, want goose.State) []*goose.Migrat
 
 // Down through the plain goose CLI (package API) also refuses while a table
 // is protected: Postgres names the table. goose runs each Down in its own
-// transaction, so the outbox (00003) goes first; 00002's Down refuses, and
-// the functions that fence the table stay, with its trigger.
+// transaction, so 00004 and the outbox (00003) go first; 00002's Down
+// refuses, and the functions that fence the table stay, with its trigger.
 func TestGooseCLIDownRefusesProtectedTable(t *testing.T) {
 	db := openDB(t, testenv.NewDB(t).URL)
 	ctx := ctxT(t)
@@ -35,9 +35,7 @@ func TestGooseCLIDownRefusesProtectedTable(t *testing.T) {
 	_, err := db.ExecContext(ctx, `CREATE TABLE stock (n int);
 		CREATE TRIGGER fencelock_protect BEFORE INSERT ON stock FOR EACH STATEMENT EXECUTE FUNCTION fencelock.protect_guard()`)
 	require.NoError(t, err)
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS(), goose.WithTableName(migrations.VersionTable))
-	require.NoError(t, err)
-	_, err = p.DownTo(ctx, 0)
+	_, err = gooseProvider(t, db, migrations.FS()).DownTo(ctx, 0)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "tables still protected by pgfence Protect: public.stock")
 	assert.True(t, schemaExists(t, db))
@@ -70,4 +68,27 @@ func TestOptions(t *testing.T) {
 	require.NoError(t, migrations.Up(ctx, db, migrations.WithLogger(slog.New(slog.NewTextHandler(&strings.Builder{}, nil)))))
 	require.NoError(t, migrations.Down(ctx, db, migrations.Force()), "Force without protected tables")
 	assert.False(t, schemaExists(t, db))
+}
+
+// A Down restores what its Up replaced: for every k, the catalog after Up
+// to k, Up to the last and Down to k is the catalog after Up to k
+// (functions with their bodies, ACLs, comments, tables, columns,
+// constraints, indexes, triggers).
+func TestDownRestoresCatalog(t *testing.T) {
+	db := openDB(t, testenv.NewDB(t).URL)
+	ctx := ctxT(t)
+	p := gooseProvider(t, db, migrations.FS())
+	versions := allVersions(t)
+	for _, k := range versions[:len(versions)-1] {
+		_, err := p.UpTo(ctx, k)
+		require.NoError(t, err)
+		want := catalog(t, db)
+		_, err = p.Up(ctx)
+		require.NoError(t, err)
+		_, err = p.DownTo(ctx, k)
+		require.NoError(t, err)
+		got := catalog(t, db)
+		assert.Empty(t, catalogDiff(want, got), "Down to %d", k)
+		assert.Equal(t, want, got, "Down to %d", k)
+	}
 }

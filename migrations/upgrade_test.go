@@ -1,0 +1,215 @@
+package migrations_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	neturl "net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/migrations"
+	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// lease is a fixed lease, what a lock looks like to guard.
+type lease struct {
+	name   string
+	token  int64
+	holder string
+}
+
+func (l lease) Name() string   { return l.name }
+func (l lease) Token() int64   { return l.token }
+func (l lease) Holder() string { return l.holder }
+
+// freshCatalog is the catalog of a database that Up installed from nothing.
+func freshCatalog(t *testing.T) []string {
+	t.Helper()
+	db := openDB(t, testenv.NewDB(t).URL)
+	require.NoError(t, migrations.Up(ctxT(t), db))
+	return catalog(t, db)
+}
+
+// inUse puts a database into the state of one in use: a stored token 7 of
+// holder a for resource r, an applied key and a run moved to cursor 5.
+func inUse(t *testing.T, db *sql.DB) {
+	t.Helper()
+	tx := txRunner(t, db)
+	require.NoError(t, tx(`SELECT fencelock.claim('r', 7, 'a', 'k1')`))
+	require.NoError(t, tx(`SELECT fencelock.claim('r', 7, 'a')`, `SELECT fencelock.close('r', 7, 'a', NULL, 'run', '5')`))
+}
+
+// requireInUse checks that what inUse stored is still there.
+func requireInUse(t *testing.T, db *sql.DB) {
+	t.Helper()
+	ctx := ctxT(t)
+	var token int64
+	var holder, cursor string
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT token, holder FROM fencelock.fence WHERE resource = 'r'`).Scan(&token, &holder))
+	assert.EqualValues(t, 7, token, "the stored token is kept")
+	assert.Equal(t, "a", holder)
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT cursor FROM fencelock.runs WHERE resource = 'r' AND run_key = 'run'`).Scan(&cursor))
+	assert.Equal(t, "5", cursor, "the run is kept")
+	var keys int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM fencelock.applied WHERE resource = 'r' AND key = 'k1'`).Scan(&keys))
+	assert.Equal(t, 1, keys, "the applied key is kept")
+}
+
+// A database migrated at 88937a5 (00001 and 00002 as released then, before
+// they were edited in place), in use, with an application role granted
+// what the docs said then (USAGE, EXECUTE on the functions of that time),
+// is brought by Up to exactly what a fresh install is: its tokens, keys
+// and runs kept; the fence lock in force (a new token waits for a commit
+// that checks under the shared lock); the application role can run a
+// guarded write through pgfence and read the fence tables.
+func TestUpgradeFrom88937a5(t *testing.T) {
+	want := freshCatalog(t)
+	tdb := testenv.NewDB(t)
+	db := openDB(t, tdb.URL)
+	ctx := ctxT(t)
+	_, err := gooseProvider(t, db, os.DirFS("testdata/88937a5")).Up(ctx)
+	require.NoError(t, err)
+	inUse(t, db)
+	role, appURL := newAppRole(t, db, tdb.URL)
+	_, err = db.ExecContext(ctx, `CREATE TABLE stock (sku text, writer text); GRANT INSERT ON stock TO `+role)
+	require.NoError(t, err)
+
+	require.NoError(t, migrations.Up(ctx, db))
+	assert.Equal(t, allVersions(t), recorded(t, db))
+	requireInUse(t, db)
+	got := catalog(t, db)
+	assert.Empty(t, catalogDiff(want, got), "the upgraded schema differs from a fresh install's")
+	assert.Equal(t, want, got)
+
+	requireFenceLock(t, tdb.Pool)
+
+	pool, err := pgxpool.New(ctx, appURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := pgfence.New(pool)
+	require.NoError(t, err)
+	insert := func(writer string) func(context.Context, pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO stock VALUES ('x', $1)`, writer)
+			return err
+		}
+	}
+	_, err = guard.Exec(ctx, store, lease{"r", 8, "b"}, insert("b"), guard.WithKey("k2"))
+	require.NoError(t, err, "a guarded write as the application role")
+	_, err = guard.Exec(ctx, store, lease{"r", 7, "a"}, insert("a"))
+	require.ErrorIs(t, err, guard.ErrStaleToken, "the old holder is refused")
+	var token int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT token FROM fencelock.fence WHERE resource = 'r'`).Scan(&token), "the application role reads the fence table")
+	assert.EqualValues(t, 8, token)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM fencelock.applied) + (SELECT count(*) FROM fencelock.runs)`).Scan(&n))
+	assert.Equal(t, 3, n)
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM stock`).Scan(&n))
+	assert.Equal(t, 1, n, "only the current holder's write")
+}
+
+// requireFenceLock checks that a new token is stored only under the
+// resource's exclusive fence lock: while a transaction holds the shared
+// one (as a commit that checks its token does), claim waits for it.
+func requireFenceLock(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := ctxT(t)
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(hashtextextended('r', 1380730187))`)
+	require.NoError(t, err)
+	claimer, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = claimer.Rollback(ctx) }()
+	_, err = claimer.Exec(ctx, `SET LOCAL lock_timeout = '300ms'`)
+	require.NoError(t, err)
+	_, err = claimer.Exec(ctx, `SELECT fencelock.claim('r', 100, 'z')`)
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "claim of a new token did not wait for the shared fence lock: %v", err)
+	assert.Equal(t, "55P03", pgErr.Code, "lock_not_available: %v", err)
+}
+
+// A database at version 3 as landed at be68919 (00001 to 00003 as they are
+// now, pinned by TestReleasedMigrationsUnchanged), in use: Up applies 00004,
+// which changes nothing there but schema_version(), and the schema is a
+// fresh install's.
+func TestUpgradeFromBe68919(t *testing.T) {
+	want := freshCatalog(t)
+	db := openDB(t, testenv.NewDB(t).URL)
+	ctx := ctxT(t)
+	_, err := gooseProvider(t, db, migrations.FS()).UpTo(ctx, 3)
+	require.NoError(t, err)
+	inUse(t, db)
+	before := catalog(t, db)
+
+	require.NoError(t, migrations.Up(ctx, db))
+	assert.Equal(t, allVersions(t), recorded(t, db))
+	requireInUse(t, db)
+	got := catalog(t, db)
+	var changed []string
+	for _, d := range catalogDiff(before, got) {
+		if !strings.Contains(d, "function fencelock.schema_version()") {
+			changed = append(changed, d)
+		}
+	}
+	assert.Empty(t, changed, "00004 changes only schema_version() on a database whose 00001 to 00003 are the landed files")
+	assert.Len(t, catalogDiff(before, got), 2, "schema_version() is redefined")
+	assert.Empty(t, catalogDiff(want, got), "the upgraded schema differs from a fresh install's")
+	assert.Equal(t, want, got)
+}
+
+// gooseProvider is a goose provider over fsys with fencelock's version
+// table, as the goose CLI with -table uses it.
+func gooseProvider(t *testing.T, db *sql.DB, fsys fs.FS) *goose.Provider {
+	t.Helper()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys, goose.WithTableName(migrations.VersionTable))
+	require.NoError(t, err)
+	return p
+}
+
+// appGrants are the grants docs/operations.md gives an application role.
+var appGrants = []string{
+	"GRANT USAGE ON SCHEMA fencelock TO %s",
+	"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %s",
+}
+
+// newAppRole creates a login role with appGrants on the fencelock schema
+// as it is now, and returns its name, quoted, and the URL of the database
+// as that role. The role is dropped at the end of the test.
+func newAppRole(t *testing.T, db *sql.DB, dbURL string) (role, roleURL string) {
+	t.Helper()
+	ctx := ctxT(t)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "fl_app_" + hex.EncodeToString(b)
+	role = pgx.Identifier{name}.Sanitize()
+	_, err := db.ExecContext(ctx, "CREATE ROLE "+role+" LOGIN NOSUPERUSER NOINHERIT")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = db.ExecContext(ctx, "DROP OWNED BY "+role)
+		_, _ = db.ExecContext(ctx, "DROP ROLE IF EXISTS "+role)
+	})
+	for _, g := range appGrants {
+		_, err := db.ExecContext(ctx, strings.ReplaceAll(g, "%s", role))
+		require.NoError(t, err)
+	}
+	u, err := neturl.Parse(dbURL)
+	require.NoError(t, err)
+	u.User = neturl.User(name)
+	return role, u.String()
+}
