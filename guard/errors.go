@@ -77,9 +77,19 @@ var (
 	// applied for good).
 	ErrRunFinished error = &kindError{msg: "guard: run already finished, nothing was written", kind: ErrAlreadyApplied}
 
-	// ErrSchemaMissing is returned by every store call when the fencelock
-	// schema (its tables and functions) is not installed in the database.
+	// ErrSchemaMissing is matched by the error of every store call when
+	// the fencelock schema (its tables and functions) is not installed in
+	// the database: fn did not run and nothing was written. The stores'
+	// message names the database and the command that installs it.
 	ErrSchemaMissing = errors.New("guard: fencelock schema not installed: run migrations.Up(ctx, db), or: " + migrateCommand)
+
+	// ErrSchemaOutdated is matched by the error of every store call when
+	// the fencelock schema is installed but older than the store needs
+	// (migrations added since have not run): fn did not run and nothing
+	// was written. The message names both versions and the command that
+	// migrates the database. It matches ErrSchemaMissing too: what the
+	// store needs of the schema is missing, and the fix is the same.
+	ErrSchemaOutdated error = &kindError{msg: "guard: fencelock schema out of date", kind: ErrSchemaMissing}
 
 	// ErrNotClaimed is returned when a write to a table protected with
 	// pgfence's Protect comes from a transaction that has neither claimed

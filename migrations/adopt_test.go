@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/pressly/goose/v3"
@@ -163,17 +164,22 @@ func TestUpRefusesSchemaItCannotAdopt(t *testing.T) {
 }
 
 // Every migration redefines fencelock.schema_version() to return its own
-// version, and its Down restores the one before: what adoption relies on.
+// version, and its Down restores the one before: what adoption and the
+// stores' check rely on. The stores need the last one.
 func TestSchemaVersionPerMigration(t *testing.T) {
 	db := openDB(t, testenv.NewDB(t).URL)
 	ctx := ctxT(t)
 	p := gooseProvider(t, db, migrations.FS())
 	version := func() (v int64) {
 		t.Helper()
+		var read int64
 		require.NoError(t, db.QueryRowContext(ctx, `SELECT fencelock.schema_version()`).Scan(&v))
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT `+pgcore.SchemaVersionSQL+` FROM pg_namespace n WHERE n.nspname = 'fencelock'`).Scan(&read))
+		assert.Equal(t, v, read, "the version read from the catalog (pgcore.SchemaVersionSQL) is what schema_version() returns")
 		return v
 	}
 	versions := allVersions(t)
+	assert.EqualValues(t, lastVersion(t), pgcore.SchemaVersion, "the stores need the schema of the last migration: set pgcore.SchemaVersion")
 	for _, v := range versions {
 		_, err := p.UpByOne(ctx)
 		require.NoError(t, err)

@@ -9,12 +9,14 @@ import (
 	"io/fs"
 	neturl "net/url"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -212,4 +214,92 @@ func newAppRole(t *testing.T, db *sql.DB, dbURL string) (role, roleURL string) {
 	require.NoError(t, err)
 	u.User = neturl.User(name)
 	return role, u.String()
+}
+
+// Against a schema older than they need (migrated at 88937a5, then to
+// version 3), pgfence and sqlfence refuse every guarded call before they
+// send anything that could store a token, with one error naming the
+// versions and a fix whose URL migrates the database (the owner's, for a
+// Store that connects as an application role); once Up has run, the same
+// Stores work.
+func TestStoresRefuseOldSchema(t *testing.T) {
+	tdb := testenv.NewDB(t)
+	db := openDB(t, tdb.URL)
+	ctx := ctxT(t)
+	_, err := gooseProvider(t, db, os.DirFS("testdata/88937a5")).Up(ctx)
+	require.NoError(t, err)
+	inUse(t, db)
+	_, appURL := newAppRole(t, db, tdb.URL)
+
+	pg, err := pgfence.New(tdb.Pool)
+	require.NoError(t, err)
+	sqlDB := openDB(t, tdb.URL)
+	sq, err := sqlfence.New(sqlDB)
+	require.NoError(t, err)
+	appPool, err := pgxpool.New(ctx, appURL)
+	require.NoError(t, err)
+	t.Cleanup(appPool.Close)
+	app, err := pgfence.New(appPool)
+	require.NoError(t, err)
+
+	var ran bool
+	calls := map[string]func() error{
+		"pgfence Exec": func() error {
+			_, err := guard.Exec(ctx, pg, lease{"r", 8, "b"}, func(context.Context, pgx.Tx) error { ran = true; return nil })
+			return err
+		},
+		"pgfence Advance": func() error { return pg.Advance(ctx, lease{"r", 8, "b"}) },
+		"sqlfence Exec": func() error {
+			_, err := guard.Exec(ctx, sq, lease{"r", 8, "b"}, func(context.Context, *sql.Tx) error { ran = true; return nil })
+			return err
+		},
+		"sqlfence Advance": func() error { return sq.Advance(ctx, lease{"r", 8, "b"}) },
+		"pgfence Exec as the application role": func() error {
+			_, err := guard.Exec(ctx, app, lease{"r", 8, "b"}, func(context.Context, pgx.Tx) error { ran = true; return nil })
+			return err
+		},
+	}
+	fixURLs := map[string]string{}
+	refused := func(have string) {
+		t.Helper()
+		for name, call := range calls {
+			err := call()
+			require.ErrorIs(t, err, guard.ErrSchemaOutdated, name)
+			require.ErrorIs(t, err, guard.ErrSchemaMissing, name)
+			msg := err.Error()
+			t.Logf("%s: %s", name, msg)
+			assert.NotContains(t, msg, "\n", name)
+			assert.Equal(t, 1, strings.Count(msg, "out of date"), msg)
+			assert.Contains(t, msg, `guard: fencelock schema out of date: schema fencelock in database "`+tdb.Name+`" is at `+have+` and this fencelock needs 4: `, name)
+			m := regexp.MustCompile(`, or: fencectl migrate up --db '([^']+)'( \(with the password( of "[^"]+")? in place of xxxxx\))?$`).FindStringSubmatch(msg)
+			require.NotNil(t, m, msg)
+			u, err := neturl.Parse(m[1])
+			require.NoError(t, err)
+			if strings.HasSuffix(name, "application role") {
+				assert.Contains(t, msg, `only the schema's owner, role "postgres", may migrate it`, name)
+				assert.Contains(t, msg, `run migrations.Up(ctx, db) on a connection as "postgres"`, name)
+				assert.Equal(t, "postgres", u.User.Username(), "the owner migrates")
+				assert.Contains(t, msg, `(with the password of "postgres" in place of xxxxx)`)
+			} else {
+				assert.Contains(t, msg, ": run migrations.Up(ctx, db) at start-up, or: ", name)
+			}
+			fixURLs[name] = m[1]
+		}
+		assert.False(t, ran, "fn ran")
+		requireInUse(t, db) // nothing stored the new token
+	}
+	refused("a version older than 3 (it has no fencelock.schema_version())")
+	_, err = gooseProvider(t, db, migrations.FS()).UpTo(ctx, 3)
+	require.NoError(t, err)
+	refused("version 3")
+
+	// The fix as written (a password masked as xxxxx works: the test
+	// server trusts its loopback clients).
+	for name, u := range fixURLs {
+		require.NoError(t, migrations.Up(ctx, openDB(t, u)), "%s: %s", name, u)
+	}
+	for name, call := range calls {
+		require.NoError(t, call(), "%s, after Up", name)
+	}
+	assert.True(t, ran)
 }

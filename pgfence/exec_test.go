@@ -3,6 +3,7 @@ package pgfence_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -277,17 +278,25 @@ func TestBadInput(t *testing.T) {
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
 }
 
+// Without the schema every call says so, naming the database and a fix
+// that works as written: the URL in it migrates the database, and the
+// same Store works from then on.
 func TestMissingSchema(t *testing.T) {
 	db := testenvNewDB(t) // no migrations
 	s := newStore(t, db.Pool)
 	ctx := testCtx(t)
 	mustExec(t, db.Pool, "CREATE TABLE stock (sku text)")
 
+	var fixURL string
 	check := func(what string, err error) {
 		t.Helper()
 		require.ErrorIs(t, err, guard.ErrSchemaMissing, what)
-		assert.Contains(t, err.Error(), "migrations.Up", what)
-		assert.Contains(t, err.Error(), "goose -dir migrations", what)
+		assert.NotErrorIs(t, err, guard.ErrSchemaOutdated, what)
+		assert.Contains(t, err.Error(), `schema not installed in database "`+db.Name+`"`, what)
+		assert.Contains(t, err.Error(), "run migrations.Up(ctx, db) at start-up, or: fencectl migrate up --db '", what)
+		m := regexp.MustCompile(`--db '([^']+)'`).FindStringSubmatch(err.Error())
+		require.Len(t, m, 2, err.Error())
+		fixURL = m[1]
 	}
 	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, pgx.Tx) error { return nil })
 	check("Exec", err)
@@ -302,6 +311,13 @@ func TestMissingSchema(t *testing.T) {
 	check("Prune", err)
 	// Connections went back clean.
 	assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM stock"))
+
+	pool, err := pgxpool.New(ctx, fixURL)
+	require.NoError(t, err, fixURL)
+	defer pool.Close()
+	migrate(t, pool)
+	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, pgx.Tx) error { return nil })
+	require.NoError(t, err, "the same Store, once the schema is installed")
 }
 
 func TestAdvanceClosesTheWindowBeforeFirstWrite(t *testing.T) {

@@ -35,7 +35,8 @@ func preparedByPgfence(t *testing.T, ctx context.Context, q interface {
 // the server CPU of a guarded transaction); WithoutPreparedStatements
 // keeps them unnamed. Preparing costs a new connection two round trips,
 // once: one to ask whether it is direct, one for all its statements
-// (pgfenceStatements).
+// (pgfenceStatements). A new Store's first call checks the schema's
+// version, one round trip more, once per Store.
 func TestPreparedOnDirectConnection(t *testing.T) {
 	db := newDB(t)
 	stockTable(t, db.Pool)
@@ -46,10 +47,10 @@ func TestPreparedOnDirectConnection(t *testing.T) {
 		want      int
 		firstTrip int64
 	}{
-		// advance, BEGIN, open, close, COMMIT; the first transaction: ask,
-		// prepare, then its own three.
-		{"default", nil, pgfenceStatements, 5},
-		{"WithoutPreparedStatements", []pgfence.Option{pgfence.WithoutPreparedStatements()}, 0, 3},
+		// advance, BEGIN, open, close, COMMIT; the first transaction: the
+		// schema check, ask, prepare, then its own three.
+		{"default", nil, pgfenceStatements, 6},
+		{"WithoutPreparedStatements", []pgfence.Option{pgfence.WithoutPreparedStatements()}, 0, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var writes atomic.Int64

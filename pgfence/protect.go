@@ -56,6 +56,9 @@ func (s *Store) Protect(ctx context.Context, table string, opts ...ProtectOption
 			return err
 		}
 	}
+	if err := s.core.CheckSchema(ctx); err != nil {
+		return err
+	}
 	// DDL takes no parameters: the resource becomes a trigger argument
 	// quoted by the server (format's %L), not by hand.
 	ddl := "CREATE OR REPLACE TRIGGER " + triggerName +

@@ -53,8 +53,12 @@ type Store struct {
 }
 
 // New returns a Store over db. The fencelock schema must be installed
-// (migrations.Up); New does not check it, the first call that needs it
-// returns guard.ErrSchemaMissing.
+// (migrations.Up), at the version this fencelock needs or newer. New does
+// not check it: the first call that needs it does, once per Store (one
+// round trip), and until the schema is migrated every call fails with an
+// error that matches guard.ErrSchemaMissing (guard.ErrSchemaOutdated for
+// an older schema) and names the versions and the command that migrates
+// it.
 func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errNilDB
@@ -75,6 +79,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.core.Driver, s.core.Autocommits, s.prepare = driver{db}, s.autocommits, !s.core.Unprepared
+	s.core.Target = target(db)
 	lockTimeout, idleTimeout := s.core.LockTimeout, s.core.IdleTimeout
 	if lockTimeout > 0 {
 		s.lockTimeoutText = strconv.AppendInt(nil, lockTimeout.Milliseconds(), 10)
@@ -114,6 +119,22 @@ func (s *Store) beginOp(ctx context.Context, c guard.Claim, op pgcore.RunOp) (gu
 		return nil, err
 	}
 	return t, nil
+}
+
+// target is where db's connections go, from pgx's settings (nil for a DB
+// of another kind: the server's view is used).
+func target(db DB) *pgcore.Target {
+	var cfg *pgx.ConnConfig
+	switch db := db.(type) {
+	case *pgxpool.Pool:
+		cfg = db.Config().ConnConfig
+	case *pgx.Conn:
+		cfg = db.Config()
+	default:
+		return nil
+	}
+	return &pgcore.Target{Host: cfg.Host, Port: cfg.Port, User: cfg.User, Database: cfg.Database,
+		Password: cfg.Password != "", NoTLS: cfg.TLSConfig == nil}
 }
 
 // autocommits reports whether a statement s.db.Exec runs outside a

@@ -57,6 +57,9 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 	if err := pgcore.CheckClaim(c); err != nil {
 		return nil, err
 	}
+	if err := s.core.CheckSchema(ctx); err != nil {
+		return nil, err
+	}
 	v := s.values(c, run)
 	// Once this Store has seen the claim stored it sends no advance at
 	// all (see pgcore.Cache); when the token is already stored, advance only

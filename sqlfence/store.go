@@ -43,8 +43,12 @@ type Store struct {
 // New returns a Store over db, a *sql.DB opened with a Postgres driver
 // (pgx's "pgx" from github.com/jackc/pgx/v5/stdlib, lib/pq's "postgres",
 // or another that reports server errors with a SQLState() method). The
-// fencelock schema must be installed (migrations.Up); New does not check
-// it, the first call that needs it returns guard.ErrSchemaMissing.
+// fencelock schema must be installed (migrations.Up), at the version this
+// fencelock needs or newer. New does not check it: the first call that
+// needs it does, once per Store (one round trip), and until the schema is
+// migrated every call fails with an error that matches
+// guard.ErrSchemaMissing (guard.ErrSchemaOutdated for an older schema)
+// and names the versions and the command that migrates it.
 func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errNilDB
@@ -131,6 +135,9 @@ func (s *Store) openQuery() string {
 // committed tokens per resource never decrease in commit order.
 func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*txn, error) {
 	if err := pgcore.CheckClaim(c); err != nil {
+		return nil, err
+	}
+	if err := s.core.CheckSchema(ctx); err != nil {
 		return nil, err
 	}
 	if !s.core.Claims.Has(c.Resource, c.Token, c.Holder) {

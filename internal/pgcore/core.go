@@ -31,6 +31,11 @@ type Core struct {
 	// (nil: they always do). Only then does Advance record its claim in
 	// Claims.
 	Autocommits func() bool
+	// Target is where Driver's connections go, for the fix of a missing
+	// or outdated schema (nil: the server's view, see CheckSchema).
+	Target *Target
+	// schema remembers that CheckSchema found what the Store needs.
+	schema schemaChecked
 }
 
 // Observers implements guard.ObservedStore for the Store.
@@ -53,6 +58,9 @@ func (c *Core) Advance(ctx context.Context, lease guard.Lease) (err error) {
 		return err
 	}
 	if err := CheckClaim(cl); err != nil {
+		return err
+	}
+	if err := c.CheckSchema(ctx); err != nil {
 		return err
 	}
 	if err := c.Driver.Exec(ctx, "SELECT fencelock.claim($1, $2, $3)", cl.Resource, cl.Token, cl.Holder); err != nil {
@@ -98,6 +106,9 @@ func reportAdvance(ctx context.Context, obs []guard.AdvanceObserver, cl guard.Cl
 func (c *Core) Prune(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if olderThan < 0 {
 		return 0, fmt.Errorf("%w: Prune: negative age %v: pass how old an applied key or a finished run must be to go, e.g. 30*24*time.Hour", guard.ErrInvalidInput, olderThan)
+	}
+	if err := c.CheckSchema(ctx); err != nil {
+		return 0, err
 	}
 	var n int64
 	if _, err := c.Driver.QueryRow(ctx, "SELECT fencelock.prune($1 * interval '1 microsecond')", []any{olderThan.Microseconds()}, &n); err != nil {

@@ -89,6 +89,9 @@ func (r Run[Tx]) Resume(ctx context.Context) (cursor string, finished bool, err 
 	if err != nil {
 		return "", false, err
 	}
+	if err := r.core.CheckSchema(ctx); err != nil {
+		return "", false, err
+	}
 	found, err := r.core.Driver.QueryRow(ctx, "SELECT cursor, finished FROM fencelock.run_state($1, $2)",
 		[]any{c.Resource, r.key}, &cursor, &finished)
 	if err != nil {
