@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 )
@@ -25,18 +26,17 @@ import (
 // error with a fix that works as written.
 
 // installed reads whether the fencelock schema exists, whether it holds
-// anything, and the version it implements (0 without schema_version()).
+// anything, and the version it implements (0 without schema_version()),
+// from the catalog (pgcore.SchemaVersionSQL: no EXECUTE needed).
 func installed(ctx context.Context, q database.DBTxConn) (exists, empty bool, version int64, err error) {
-	var fn bool
+	var v sql.NullInt64
 	err = q.QueryRowContext(ctx, `
 SELECT n.oid IS NOT NULL,
        NOT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid)
          AND NOT EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid),
-       to_regprocedure('fencelock.schema_version()') IS NOT NULL
-  FROM (SELECT to_regnamespace('fencelock') AS oid) n`).Scan(&exists, &empty, &fn)
-	if err == nil && fn {
-		err = q.QueryRowContext(ctx, `SELECT fencelock.schema_version()`).Scan(&version)
-	}
+       `+pgcore.SchemaVersionSQL+`
+  FROM (SELECT to_regnamespace('fencelock') AS oid) n`).Scan(&exists, &empty, &v)
+	version = v.Int64
 	if err != nil {
 		return false, false, 0, fmt.Errorf("migrations: inspect schema fencelock: %w", err)
 	}
@@ -185,31 +185,35 @@ func record(ctx context.Context, db *sql.Conn, versions []int64) error {
 }
 
 // adopt records a matching unrecorded schema in VersionTable, under the
-// migration lock so that concurrent Ups do not record it twice.
-func adopt(ctx context.Context, db *sql.DB, sources []*goose.Source, cfg *config) error {
+// migration lock so that concurrent Ups do not record it twice. done: Up
+// has nothing more to do (see notOwner).
+func adopt(ctx context.Context, db *sql.DB, sources []*goose.Source, cfg *config) (done bool, err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("migrations: up: %w", err)
+		return false, fmt.Errorf("migrations: up: %w", err)
 	}
 	defer conn.Close()
 	locker, err := newLocker()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := locker.SessionLock(ctx, conn); err != nil {
-		return fmt.Errorf("migrations: up: lock: %w", err)
+		return false, fmt.Errorf("migrations: up: lock: %w", err)
 	}
 	defer func() { _ = locker.SessionUnlock(context.WithoutCancel(ctx), conn) }()
 
+	if done, err := notOwner(ctx, conn, sources); done || err != nil {
+		return done, err
+	}
 	u, err := inspect(ctx, conn, sources)
 	if err != nil || u == nil {
-		return err
+		return false, err
 	}
 	if u.adopt == nil {
-		return u.err()
+		return false, u.err()
 	}
 	if err := record(ctx, conn, u.adopt); err != nil {
-		return fmt.Errorf("migrations: up: record the existing schema in %s: %w", VersionTable, err)
+		return false, fmt.Errorf("migrations: up: record the existing schema in %s: %w", VersionTable, err)
 	}
 	from := "no version table records it"
 	if len(u.legacy) > 0 {
@@ -218,5 +222,30 @@ func adopt(ctx context.Context, db *sql.DB, sources []*goose.Source, cfg *config
 	}
 	cfg.logger.InfoContext(ctx, fmt.Sprintf("migrations: schema fencelock was installed without a record in %s (%s); it matches migrations 1 to %d, recorded them in %s",
 		VersionTable, from, u.version, VersionTable), "schema_version", u.version)
-	return nil
+	return false, nil
+}
+
+// notOwner handles Up run as a role without the rights of the schema's
+// owner (an application role, as when every instance runs Up at start-up):
+// it may not read VersionTable, and could not replace the functions
+// anyway. With the schema at the last version or newer there is nothing to
+// do (done); with a migration pending it is a *NotOwnerError. The session
+// holds the migration lock, so an owner's Up in progress is waited for.
+func notOwner(ctx context.Context, conn *sql.Conn, sources []*goose.Source) (done bool, err error) {
+	var s pgcore.Schema
+	if err := conn.QueryRowContext(ctx, pgcore.SchemaSQL).Scan(s.Dest()...); err != nil {
+		return false, fmt.Errorf("migrations: up: inspect schema fencelock: %w", err)
+	}
+	owner, other := s.OtherOwner()
+	if !other {
+		return false, nil
+	}
+	var last int64
+	for _, src := range sources {
+		last = max(last, src.Version)
+	}
+	if s.Version.Int64 >= last {
+		return true, nil
+	}
+	return false, &NotOwnerError{Role: s.User, Owner: owner, Version: s.Version.Int64, Last: last, Fix: s.Fix(nil)}
 }

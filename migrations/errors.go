@@ -30,6 +30,35 @@ var ErrUnrecorded = errors.New("migrations: schema fencelock exists but is not r
 // statement that clears the records.
 var ErrRecordedMissing = errors.New("migrations: schema fencelock does not exist but " + VersionTable + " records it as installed")
 
+// ErrNotOwner is what a *NotOwnerError matches with errors.Is.
+var ErrNotOwner = errors.New("migrations: up: only the owner of schema fencelock may migrate it")
+
+// NotOwnerError is returned by Up run as a role that does not have the
+// rights of schema fencelock's owner (an application role: USAGE and
+// EXECUTE only) while migrations are pending: only the owner may replace
+// the schema's functions. Up changed nothing. (With the schema current,
+// Up as such a role does nothing and returns nil.)
+type NotOwnerError struct {
+	// Role is the session's role; Owner the schema's.
+	Role, Owner string
+	// Version is the version the schema implements (0: older than
+	// schema_version()); Last the newest of these migrations.
+	Version, Last int64
+	// Fix is how to migrate it, as the owner.
+	Fix string
+}
+
+func (e *NotOwnerError) Error() string {
+	have := fmt.Sprintf("version %d of %d installed", e.Version, e.Last)
+	if e.Version == 0 {
+		have = fmt.Sprintf("a version older than 3 installed, of %d", e.Last)
+	}
+	return fmt.Sprintf("migrations: up: role %q cannot migrate schema fencelock (%s): only its owner, role %q, may: %s", e.Role, have, e.Owner, e.Fix)
+}
+
+// Unwrap returns ErrNotOwner.
+func (e *NotOwnerError) Unwrap() error { return ErrNotOwner }
+
 // ErrProtected is what a *ProtectedError matches with errors.Is.
 var ErrProtected = errors.New("migrations: down: tables are still protected by pgfence's Protect")
 

@@ -94,13 +94,22 @@ func setup(db *sql.DB, op string, opts []Option) (*goose.Provider, *config, erro
 // logs that it did (see WithLogger), and applies the rest. A schema without
 // that function, or with a version these migrations do not have, is
 // ErrUnrecorded, with the fix.
+//
+// Run as a role without the rights of the schema's owner (an application
+// role with USAGE and EXECUTE only, when every instance runs Up at
+// start-up), Up reads the schema's version from the catalog instead of
+// VersionTable, which that role may not read: it returns nil when the
+// schema implements the last of these migrations (or a newer one), and a
+// *NotOwnerError naming the versions and the owner when one is pending,
+// changing nothing. It takes the migration lock first, so it waits for an
+// owner's Up in progress and sees its result.
 func Up(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
 	defer func() { err = connError("up", err) }()
 	p, cfg, err := setup(db, "up", opts)
 	if err != nil {
 		return err
 	}
-	if err := adopt(ctx, db, p.ListSources(), cfg); err != nil {
+	if done, err := adopt(ctx, db, p.ListSources(), cfg); done || err != nil {
 		return err
 	}
 	if _, err := p.Up(ctx); err != nil {
