@@ -28,19 +28,37 @@
 // server's answer (or the network's), then names the server, user and
 // database.
 //
+// Run as an application role (USAGE and EXECUTE only, not the schema's
+// owner), as when every instance calls Up at start-up, [Up] does nothing
+// when the schema is current and returns a [NotOwnerError] naming the
+// owner when a migration is pending.
+//
 // # Schema
 //
 // Everything lives in the Postgres schema "fencelock": 00001 creates the
 // tables (fence: newest token per resource; applied: idempotency keys;
 // runs: resumable runs) and schema_version, 00002 the functions (CREATE
-// OR REPLACE). Every table and function carries a COMMENT (\d+ and \df+
-// in psql).
+// OR REPLACE), 00003 the outbox, and 00004 brings a database whose 00001
+// and 00002 came from the earlier files (released at 88937a5, before
+// they were edited in place) to the same schema: the fence lock's
+// functions, the read grant, schema_version(). Every table and function
+// carries a COMMENT (\d+ and \df+ in psql). pgfence and sqlfence need the
+// schema of the last migration and refuse an older one with an error that
+// says how to migrate it.
+//
+// A released migration never changes: databases have applied it, and
+// goose never applies a version twice. A change is a new migration that
+// repeats each changed function whole (CREATE OR REPLACE), and whose Down
+// restores what it replaced; every migration redefines
+// fencelock.schema_version() to its own version (STABLE), and its Down
+// restores the previous one. The tests pin each released file's SHA-256
+// and check that every Down gives back the catalog its Up found.
 //
 // The functions that callers use are SECURITY DEFINER and not executable
 // by PUBLIC: an application role needs USAGE on the schema and EXECUTE on
-// its functions, and no privilege on the tables (it cannot lower a token
-// by hand). The grants, and the functions as an API for raw SQL and other
-// languages with their SQLSTATEs (class FL), are in docs/operations.md and
+// its functions, and nothing of its own on the tables (the migrations let
+// PUBLIC read them; it cannot lower a token by hand). The grants, and the
+// functions as an API for raw SQL and other languages with their SQLSTATEs (class FL), are in docs/operations.md and
 // docs/sql-api.md
 // (https://github.com/fencelock/fencelock/tree/main/docs); pgfence.MapError
 // and sqlfence.MapError turn those SQLSTATEs into guard's errors.

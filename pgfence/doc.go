@@ -106,7 +106,10 @@
 //   - [MapError] translates the fencelock SQLSTATEs of raw SQL into
 //     guard's errors, the same values sqlfence returns.
 //
-// The fencelock schema must be installed first (package migrations);
-// without it every call returns [guard.ErrSchemaMissing], which names the
-// command to run. Every error message is one line.
+// The fencelock schema must be installed first (package migrations), at
+// the version of the last migration: without it every call returns an
+// error matching [guard.ErrSchemaMissing], and with an older one
+// [guard.ErrSchemaOutdated] (checked once per Store, on its first call);
+// either names the database and the command to run. Every error message
+// is one line.
 package pgfence

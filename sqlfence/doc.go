@@ -65,6 +65,9 @@
 //
 // Tables protected with pgfence's Protect accept writes through sqlfence
 // (the check sets the claim their trigger reads). The fencelock schema
-// must be installed first (package migrations); without it every call
-// returns [guard.ErrSchemaMissing].
+// must be installed first (package migrations), at the version of the
+// last migration: without it every call returns an error matching
+// [guard.ErrSchemaMissing], and with an older one [guard.ErrSchemaOutdated]
+// (checked once per Store, on its first call); either names the database
+// and the command to run.
 package sqlfence
