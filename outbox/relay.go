@@ -183,6 +183,8 @@ func (r *Relay) ready(ctx context.Context) error {
 			return nil
 		case fatal(err):
 			return fmt.Errorf("outbox: the database cannot serve a relay: %w", describe(err))
+		case ctx.Err() != nil:
+			return nil // stopped while checking: not the database's trouble
 		}
 		wait = min(max(2*wait, r.cfg.poll), 5*time.Second)
 		r.cfg.logger.WarnContext(ctx, "outbox: relay waiting for the database", "err", describe(err), "retry_in", wait)
@@ -315,7 +317,9 @@ type loop struct {
 
 const (
 	shutdownTimeout = 10 * time.Second
-	maxErrorLen     = 1000
+	// recordTimeout bounds each claim and each flush of outcomes.
+	recordTimeout = 10 * time.Second
+	maxErrorLen   = 1000
 )
 
 // ackLinger is how long a delivery's ack may wait for others to share its
@@ -357,7 +361,6 @@ func (l *loop) run(ctx context.Context) {
 			want := min(l.cfg.batch, free)
 			n, err := l.claim(ctx, want)
 			switch {
-			case err != nil && ctx.Err() != nil:
 			case err != nil:
 				due = false
 				timer.Reset(l.dbTrouble(ctx, "claim", err))
@@ -457,7 +460,15 @@ func (l *loop) handle(res result) {
 // reschedules or buries the failed ones, each only if its claim still
 // holds it. What cannot be recorded now is tried again at the next flush,
 // until its claim expires.
+//
+// A record is not cut short by the relay's stop: ctx's cancellation does
+// not reach its statements (each is bounded by recordTimeout instead), so
+// a relay stopped while it records finishes the record, rather than
+// leaving the rows to their visibility timeout and reporting its own stop
+// as database trouble.
 func (l *loop) flush(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
 	if len(l.acks) > 0 {
 		claims, ids := make([]int64, len(l.acks)), make([]int64, len(l.acks))
 		for i, a := range l.acks {
@@ -509,8 +520,13 @@ func oneLine(s string, max int) string {
 }
 
 // claim claims up to n due rows and starts their sends. It returns how
-// many it claimed.
+// many it claimed. Like a record, a claim is not cut short by the relay's
+// stop: a claim cut short could commit on the server unseen, its rows then
+// held by no one until their visibility timeout; finished, its rows are
+// sent and recorded before Run returns.
 func (l *loop) claim(ctx context.Context, n int) (int, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
 	claim := rand.Int64()
 	start := time.Now()
 	rows, err := l.db.Query(ctx, `SELECT id, resource, token, holder, destination, key, payload, headers, ordered, attempts, created_at
