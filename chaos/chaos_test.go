@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/outbox/outboxtest"
 	"github.com/fencelock/fencelock/testenv"
 )
 
@@ -23,8 +24,8 @@ func TestMain(m *testing.M) {
 		// This process is a worker re-executed by the suite, not a test run.
 		os.Exit(WorkerMain())
 	}
-	if IsRelay() {
-		os.Exit(RelayMain())
+	if outboxtest.IsRelayProcess() {
+		os.Exit(outboxtest.RelayMain())
 	}
 	testenv.Main(m)
 }

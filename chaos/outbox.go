@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,73 +10,19 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/outbox"
+	"github.com/fencelock/fencelock/outbox/outboxtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// RelayEnv is the environment variable that turns a process into an
-// outbox relay of the relay trials (RunOutbox): it holds the relay's
-// configuration as JSON.
-const RelayEnv = "FENCE_CHAOS_RELAY"
-
-// IsRelay reports whether this process was started as a relay.
-func IsRelay() bool { return os.Getenv(RelayEnv) != "" }
-
-type relayConfig struct {
-	URL        string        `json:"url"`
-	Batch      int           `json:"batch"`
-	Visibility time.Duration `json:"visibility"`
-	SendTimout time.Duration `json:"send_timeout"`
-	Poll       time.Duration `json:"poll"`
-}
-
-// RelayMain runs a relay configured by RelayEnv, with an HTTPSender, until
-// its stdin closes (or it is killed), and returns the exit code.
-func RelayMain() int {
-	var cfg relayConfig
-	if err := json.Unmarshal([]byte(os.Getenv(RelayEnv)), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "chaos relay: bad %s: %v\n", RelayEnv, err)
-		return 2
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		stop()
-	}()
-	pool, err := pgxpool.New(ctx, cfg.URL)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos relay:", err)
-		return 1
-	}
-	defer pool.Close()
-	r, err := outbox.NewRelay(pool, &outbox.HTTPSender{}, outbox.WithBatchSize(cfg.Batch), outbox.WithConcurrency(cfg.Batch),
-		outbox.WithVisibilityTimeout(cfg.Visibility), outbox.WithSendTimeout(cfg.SendTimout), outbox.WithPollInterval(cfg.Poll),
-		// A send that times out on a loaded machine is retried after twice
-		// the visibility timeout: every repeat then comes at least the
-		// visibility timeout less the send timeout after the first send,
-		// which is what the trials check.
-		outbox.WithBackoff(2*cfg.Visibility, 2*cfg.Visibility),
-		outbox.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err == nil {
-		err = r.Run(ctx)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos relay:", err)
-		return 1
-	}
-	return 0
-}
 
 // OutboxConfig configures RunOutbox: trials in which a writer records
 // effects through guard.Exec and outbox.Add while two relay processes
@@ -100,7 +45,8 @@ type OutboxConfig struct {
 	// Poll is the relays' poll interval (default 50ms).
 	Poll time.Duration
 	// RelayCommand returns the command a relay process runs (the suite's
-	// own binary, SelfCommand); RelayEnv is set on it.
+	// own binary, SelfCommand), whose main runs outboxtest.RelayMain when
+	// outboxtest.IsRelayProcess.
 	RelayCommand func() *exec.Cmd
 	// Out receives one line per trial when Verbose.
 	Out     io.Writer
@@ -295,16 +241,16 @@ func outboxTrial(ctx context.Context, pg *testenv.Postgres, cfg *OutboxConfig, r
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()
 
-	rcfg := relayConfig{URL: url, Batch: cfg.Batch, Visibility: cfg.Visibility, SendTimout: cfg.Visibility / 4, Poll: cfg.Poll}
-	relays := [2]*relayProc{}
+	rcfg := outboxtest.RelayConfig{URL: url, Batch: cfg.Batch, Visibility: cfg.Visibility, SendTimeout: cfg.Visibility / 4, Poll: cfg.Poll}
+	relays := [2]*outboxtest.Process{}
 	for i := range relays {
-		if relays[i], err = startRelayProc(cfg.RelayCommand, rcfg); err != nil {
+		if relays[i], err = outboxtest.StartProcess(cfg.RelayCommand(), rcfg); err != nil {
 			return nil, err
 		}
 	}
 	defer func() {
 		for _, r := range relays {
-			r.stop()
+			r.Stop()
 		}
 	}()
 
@@ -340,11 +286,11 @@ func outboxTrial(ctx context.Context, pg *testenv.Postgres, cfg *OutboxConfig, r
 			return nil, err
 		}
 		v := rng.IntN(len(relays))
-		relays[v].kill()
+		relays[v].Kill()
 		if err := pause(ctx, time.Duration(rng.IntN(300))*time.Millisecond); err != nil {
 			return nil, err
 		}
-		if relays[v], err = startRelayProc(cfg.RelayCommand, rcfg); err != nil {
+		if relays[v], err = outboxtest.StartProcess(cfg.RelayCommand(), rcfg); err != nil {
 			return nil, err
 		}
 	}
@@ -398,7 +344,7 @@ func outboxTrial(ctx context.Context, pg *testenv.Postgres, cfg *OutboxConfig, r
 		}
 		t.Duplicates++
 		gap := d.at.Sub(at)
-		if gap < cfg.Visibility-rcfg.SendTimout-100*time.Millisecond {
+		if gap < cfg.Visibility-rcfg.SendTimeout-100*time.Millisecond {
 			t.EarlyRedeliveries++
 		}
 		if ms := gap.Milliseconds(); t.RedeliveryMinMS == 0 || ms < t.RedeliveryMinMS {
@@ -416,55 +362,6 @@ func outboxTrial(ctx context.Context, pg *testenv.Postgres, cfg *OutboxConfig, r
 		}
 	}
 	return t, nil
-}
-
-// relayProc is a relay process of the trials.
-type relayProc struct {
-	cmd   *exec.Cmd
-	stdin io.Closer
-}
-
-func startRelayProc(command func() *exec.Cmd, cfg relayConfig) (*relayProc, error) {
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, err
-	}
-	cmd := command()
-	cmd.Env = append(os.Environ(), RelayEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start relay: %w", err)
-	}
-	return &relayProc{cmd: cmd, stdin: stdin}, nil
-}
-
-// kill SIGKILLs the relay: whatever it claimed stays claimed until the
-// visibility timeout passes.
-func (r *relayProc) kill() {
-	_ = r.cmd.Process.Signal(syscall.SIGKILL)
-	_ = r.cmd.Wait()
-}
-
-// stop ends the relay gracefully (it records what it sent), or kills it
-// after a while.
-func (r *relayProc) stop() {
-	_ = r.stdin.Close()
-	done := make(chan struct{})
-	go func() {
-		_ = r.cmd.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-done
-	}
 }
 
 // pause waits d, or until ctx ends.

@@ -1,98 +1,17 @@
 package outbox_test
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"os/exec"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/outbox"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/fencelock/fencelock/outbox/outboxtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// relayProcEnv turns the test binary into a relay process (see
-// relayProcMain), configured by the JSON in it.
-const relayProcEnv = "FENCELOCK_OUTBOX_RELAY"
-
-type relayProcConfig struct {
-	URL        string        `json:"url"`
-	Batch      int           `json:"batch"`
-	Visibility time.Duration `json:"visibility"`
-	Poll       time.Duration `json:"poll"`
-}
-
-// relayProcMain runs a relay with an HTTPSender until its stdin closes
-// (or it is killed).
-func relayProcMain() int {
-	var cfg relayProcConfig
-	if err := json.Unmarshal([]byte(os.Getenv(relayProcEnv)), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "relay process:", err)
-		return 2
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		stop()
-	}()
-	pool, err := pgxpool.New(ctx, cfg.URL)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "relay process:", err)
-		return 1
-	}
-	defer pool.Close()
-	r, err := outbox.NewRelay(pool, &outbox.HTTPSender{}, relayProcOptions(cfg)...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "relay process:", err)
-		return 1
-	}
-	if err := r.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "relay process:", err)
-		return 1
-	}
-	return 0
-}
-
-// relayProcOptions are the relays' options in TestRelayKilled. A send
-// that times out on a loaded machine is retried only after twice the
-// visibility timeout, so that every repeat, whether a killed relay's claim
-// expired or a send timed out, comes at least the visibility timeout less
-// the send timeout after the first send.
-func relayProcOptions(cfg relayProcConfig) []outbox.RelayOption {
-	return []outbox.RelayOption{outbox.WithBatchSize(cfg.Batch), outbox.WithConcurrency(cfg.Batch),
-		outbox.WithVisibilityTimeout(cfg.Visibility), outbox.WithSendTimeout(cfg.Visibility / 4), outbox.WithPollInterval(cfg.Poll),
-		outbox.WithBackoff(2*cfg.Visibility, 2*cfg.Visibility), outbox.WithLogger(quiet)}
-}
-
-// startRelayProc starts a relay process; kill it with SIGKILL.
-func startRelayProc(t testing.TB, cfg relayProcConfig) *exec.Cmd {
-	t.Helper()
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	b, err := json.Marshal(cfg)
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), relayProcEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	return cmd
-}
 
 // Two relays, one of them a process SIGKILLed at random points and
 // started again: no effect is lost; a fenced receiver applies each once;
@@ -113,18 +32,17 @@ func TestRelayKilled(t *testing.T) {
 			outbox.Effect{Destination: plain.URL, Key: fmt.Sprintf("p%d", i)},
 			outbox.Effect{Destination: fenced.URL, Key: fmt.Sprintf("f%d", i)}))
 	}
-	cfg := relayProcConfig{URL: db.URL, Batch: batch, Visibility: 2 * time.Second, Poll: 20 * time.Millisecond}
+	cfg := outboxtest.RelayConfig{URL: db.URL, Batch: batch, Visibility: 2 * time.Second, Poll: 20 * time.Millisecond}
 	// The relay that is killed starts first, so that it holds rows.
 	kills := 0
 	deadline := time.Now().Add(40 * time.Second)
 	var stable *outbox.Relay
 	for ; kills < 6 && time.Now().Before(deadline); kills++ {
-		p := startRelayProc(t, cfg)
+		p := outboxtest.RelayProcess(t, cfg)
 		time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
-		require.NoError(t, p.Process.Signal(syscall.SIGKILL))
-		_ = p.Wait()
+		p.Kill()
 		if stable == nil {
-			stable = startRelay(t, db.Pool, httpSender(t), relayProcOptions(cfg)...)
+			stable = startRelay(t, db.Pool, httpSender(t), cfg.Options()...)
 		}
 	}
 	eventually(t, func() bool { all, _ := rows(t, db.Pool); return all == 0 }, "every effect delivered")

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/outbox"
+	"github.com/fencelock/fencelock/outbox/outboxtest"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for migrations
@@ -23,8 +23,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(relayProcEnv) != "" {
-		os.Exit(relayProcMain())
+	if outboxtest.IsRelayProcess() {
+		os.Exit(outboxtest.RelayMain())
 	}
 	testenv.Main(m)
 }
@@ -44,7 +44,7 @@ func migrate(t testing.TB, url string) {
 	require.NoError(t, migrations.Up(ctxT(t), db, migrations.WithLogger(quiet)))
 }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = outboxtest.Quiet
 
 // newDB is a fresh database with the fencelock schema.
 func newDB(t testing.TB) *testenv.DB {
@@ -151,28 +151,8 @@ func (rc *receiver) keys() map[string]int {
 	return m
 }
 
-// startRelay runs a relay until the test ends, and fails the test if Run
-// returns an error.
-func startRelay(t testing.TB, db outbox.DB, sender outbox.Sender, opts ...outbox.RelayOption) *outbox.Relay {
-	t.Helper()
-	r, err := outbox.NewRelay(db, sender, append([]outbox.RelayOption{outbox.WithLogger(quiet)}, opts...)...)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Relay.Run: %v", err)
-			}
-		case <-time.After(time.Minute):
-			t.Errorf("Relay.Run did not return within a minute of its context ending")
-		}
-	})
-	return r
-}
+// startRelay is outboxtest.StartRelay.
+var startRelay = outboxtest.StartRelay
 
 // eventually polls cond every 20ms for up to a minute.
 func eventually(t testing.TB, cond func() bool, msg string, args ...any) {

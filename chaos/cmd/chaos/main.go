@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/chaos"
+	"github.com/fencelock/fencelock/outbox/outboxtest"
 )
 
 func main() {
@@ -36,9 +37,9 @@ func main() {
 		// Re-executed by the suite as one of its workers.
 		os.Exit(chaos.WorkerMain())
 	}
-	if chaos.IsRelay() {
+	if outboxtest.IsRelayProcess() {
 		// Re-executed by the relay trials as one of their relays.
-		os.Exit(chaos.RelayMain())
+		os.Exit(outboxtest.RelayMain())
 	}
 	var (
 		trials    = flag.Int("trials", 200, "randomized trials with guard on (one fault each) on one Redis (0: only the cluster run)")
