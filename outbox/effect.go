@@ -34,6 +34,13 @@ const (
 	HeaderFencingHolder   = "Fencing-Holder"
 )
 
+// HeaderFencingOutcome is the answer header with which a receiver says it
+// had applied a delivery before: [Receive] answers a redelivery 200 with
+// "Fencing-Outcome: already_applied", and [HTTPSender] then returns
+// guard.ErrAlreadyApplied, so the relay reports the outcome
+// [AlreadyApplied] (the row is deleted, as for any delivery).
+const HeaderFencingOutcome = "Fencing-Outcome"
+
 // Effect is a side effect recorded in a fenced transaction and delivered
 // by a [Relay] once that transaction has committed.
 type Effect struct {

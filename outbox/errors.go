@@ -39,7 +39,7 @@ var (
 	ErrSuperseded = errors.New("outbox: delivery superseded: the receiver has seen a newer fencing token")
 
 	// ErrBadDelivery is returned by ReadHeaders for a request without
-	// valid fencing headers; Respond answers it with 400.
+	// valid fencing headers; Status answers it with 400.
 	ErrBadDelivery = errors.New("outbox: not a fenced delivery")
 )
 

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/fencelock/fencelock/guard"
 )
 
 // HTTPSender delivers effects as HTTP requests: the payload as the body,
@@ -21,7 +23,10 @@ import (
 //	Fencing-Resource: its resource (lock name)
 //	Fencing-Holder:   its holder
 //
-// A 2xx answer is delivered. 409 means the receiver has seen a newer token
+// A 2xx answer is delivered; with Fencing-Outcome: already_applied (as
+// [Receive] answers a redelivery) Send returns guard.ErrAlreadyApplied,
+// which the relay counts as delivered before. 409 means the receiver has
+// seen a newer token
 // (ErrSuperseded: the row is deleted); any other 4xx, a redirect, or a
 // destination that is not an http(s) URL is terminal (ErrTerminal: the row
 // goes dead with the reason); 5xx and network errors are retried.
@@ -86,6 +91,9 @@ func (s *HTTPSender) Send(ctx context.Context, d Delivery) error {
 	reason, _ := io.ReadAll(io.LimitReader(resp.Body, maxReason))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if resp.Header.Get(HeaderFencingOutcome) == string(guard.ReasonAlreadyApplied) {
+			return fmt.Errorf("%s %s: %s: %w", method, u.Redacted(), resp.Status, guard.ErrAlreadyApplied)
+		}
 		return nil
 	}
 	err = fmt.Errorf("%s %s: %s%s", method, u.Redacted(), resp.Status, answer(reason))

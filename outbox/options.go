@@ -38,6 +38,7 @@ type relayConfig struct {
 	maxBackoff  time.Duration
 	listen      bool
 	logger      *slog.Logger
+	observers   []Observer
 }
 
 func newRelayConfig(opts []RelayOption) (relayConfig, error) {

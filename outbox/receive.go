@@ -78,7 +78,10 @@ func ReadHeaders(h http.Header) (Lease, string, error) {
 // Status is the HTTP status a receiver answers for err, the outcome of
 // applying a delivery (what [Receive] answers, for receivers of your own):
 //
-//   - nil, and guard.ErrAlreadyApplied (a redelivery): 200, the sender is done;
+//   - nil, and guard.ErrAlreadyApplied (a redelivery): 200, the sender is
+//     done (a receiver of your own also sets [HeaderFencingOutcome] to
+//     already_applied on a redelivery, as Receive does, for the relay to
+//     count it as such);
 //   - guard.ErrStaleToken, guard.ErrRunFinished: 409, refused for good
 //     (a newer holder's write is there);
 //   - ErrBadDelivery: 400; ErrTerminal: 422 (both terminal at the sender);
@@ -103,8 +106,9 @@ func Status(err error) int {
 // never after a newer one of the same resource: it reads the fencing
 // headers, then runs apply in guard.Exec on store with the delivery's
 // lease and guard.WithKey(Idempotency-Key) (opts are added), and answers
-// with Status: 200 applied or already applied, 409 stale, 400 without
-// fencing headers, 413 for a body over MaxPayload, 503 to be retried.
+// with Status: 200 applied or already applied (then with the header
+// Fencing-Outcome: already_applied), 409 stale, 400 without fencing
+// headers, 413 for a body over MaxPayload, 503 to be retried.
 // apply returns an error wrapping ErrTerminal to refuse a delivery for
 // good (422).
 //
@@ -119,6 +123,9 @@ func Receive[Tx any](store guard.Store[Tx], apply func(ctx context.Context, tx T
 			code = http.StatusRequestEntityTooLarge
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if errors.Is(err, guard.ErrAlreadyApplied) {
+			w.Header().Set(HeaderFencingOutcome, string(guard.ReasonAlreadyApplied))
+		}
 		w.WriteHeader(code)
 		if err != nil {
 			_, _ = io.WriteString(w, strings.ReplaceAll(err.Error(), "\n", " ")+"\n")

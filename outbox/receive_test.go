@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/outbox"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,6 +25,12 @@ import (
 // fencedReceiver is a receiver that applies deliveries to its own
 // Postgres through outbox.Receive: a row per applied key.
 func fencedReceiver(t testing.TB) (*httptest.Server, func() map[string]int) {
+	srv, applied, _ := fencedReceiverDB(t)
+	return srv, applied
+}
+
+// fencedReceiverDB is fencedReceiver with the receiver's database.
+func fencedReceiverDB(t testing.TB) (*httptest.Server, func() map[string]int, *testenv.DB) {
 	db := newDB(t)
 	ctx := ctxT(t)
 	_, err := db.Pool.Exec(ctx, `CREATE TABLE applied_effects (key text, token bigint, body text)`)
@@ -48,7 +55,7 @@ func fencedReceiver(t testing.TB) (*httptest.Server, func() map[string]int) {
 		require.NoError(t, rs.Err())
 		return m
 	}
-	return srv, applied
+	return srv, applied, db
 }
 
 func post(t *testing.T, url string, h map[string]string, body string) (int, string) {
@@ -64,8 +71,12 @@ func post(t *testing.T, url string, h map[string]string, body string) (int, stri
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	lastOutcome = resp.Header.Get(outbox.HeaderFencingOutcome)
 	return resp.StatusCode, string(b)
 }
+
+// lastOutcome is the Fencing-Outcome of post's last answer.
+var lastOutcome string
 
 // The receiver applies a delivery once: a redelivery is 200 without a
 // second row; an older token than one applied is 409 and not applied; a
@@ -77,8 +88,10 @@ func TestReceive(t *testing.T) {
 	}
 	code, _ := post(t, srv.URL, h("k1", "5"), "one")
 	assert.Equal(t, http.StatusOK, code)
+	assert.Empty(t, lastOutcome, "a first delivery carries no Fencing-Outcome")
 	code, _ = post(t, srv.URL, h("k1", "5"), "one")
 	assert.Equal(t, http.StatusOK, code, "redelivery")
+	assert.Equal(t, "already_applied", lastOutcome, "a redelivery says so")
 	code, _ = post(t, srv.URL, h("k2", "6"), "two")
 	assert.Equal(t, http.StatusOK, code)
 	code, body := post(t, srv.URL, h("k3", "5"), "late")
@@ -120,6 +133,8 @@ func TestHTTPSender(t *testing.T) {
 		switch r.URL.Path {
 		case "/ok":
 			w.WriteHeader(204)
+		case "/again":
+			w.Header().Set("Fencing-Outcome", "already_applied")
 		case "/stale":
 			http.Error(w, "token 3 is older than 9", http.StatusConflict)
 		case "/bad":
@@ -153,7 +168,10 @@ func TestHTTPSender(t *testing.T) {
 	assert.Equal(t, http.MethodPost, last.Method)
 	mu.Unlock()
 
-	err := send("/stale")
+	err := send("/again")
+	require.ErrorIs(t, err, guard.ErrAlreadyApplied, "a 2xx with Fencing-Outcome: already_applied")
+	assert.Contains(t, err.Error(), "200 OK")
+	err = send("/stale")
 	require.ErrorIs(t, err, outbox.ErrSuperseded)
 	assert.Contains(t, err.Error(), "409 Conflict: token 3 is older than 9")
 	err = send("/bad")

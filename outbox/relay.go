@@ -38,6 +38,7 @@ type Relay struct {
 	db     DB
 	sender Sender
 	cfg    relayConfig
+	obs    observers
 	wake   chan struct{}
 	stats  relayCounters
 	busy   atomic.Bool
@@ -56,10 +57,13 @@ type RelayStats struct {
 	// Superseded is the deliveries the receiver refused as stale (409),
 	// whose rows were deleted.
 	Superseded uint64
+	// AlreadyApplied is the deliveries the receiver had applied before
+	// (Send returned guard.ErrAlreadyApplied), whose rows were deleted.
+	AlreadyApplied uint64
 }
 
 type relayCounters struct {
-	claimed, sent, failed, dead, superseded atomic.Uint64
+	claimed, sent, failed, dead, superseded, alreadyApplied atomic.Uint64
 }
 
 // NewRelay returns a relay that delivers the effects in db's
@@ -78,14 +82,14 @@ func NewRelay(db DB, sender Sender, opts ...RelayOption) (*Relay, error) {
 	if _, ok := db.(acquirer); cfg.listen && !ok {
 		return nil, invalid("WithListen needs a DB with connections of its own (*pgxpool.Pool), not %T", db)
 	}
-	return &Relay{db: db, sender: sender, cfg: cfg, wake: make(chan struct{}, 1)}, nil
+	return &Relay{db: db, sender: sender, cfg: cfg, obs: newObservers(cfg.observers), wake: make(chan struct{}, 1)}, nil
 }
 
 // Stats returns what the relay did so far.
 func (r *Relay) Stats() RelayStats {
 	return RelayStats{
 		Claimed: r.stats.claimed.Load(), Sent: r.stats.sent.Load(), Failed: r.stats.failed.Load(),
-		Dead: r.stats.dead.Load(), Superseded: r.stats.superseded.Load(),
+		Dead: r.stats.dead.Load(), Superseded: r.stats.superseded.Load(), AlreadyApplied: r.stats.alreadyApplied.Load(),
 	}
 }
 
@@ -149,7 +153,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	register(r)
 	defer unregister(r)
-	l := &loop{Relay: r, results: make(chan result, r.cfg.concurrency)}
+	l := &loop{Relay: r, octx: context.WithoutCancel(ctx), results: make(chan result, r.cfg.concurrency)}
 	lctx, stopListen := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if r.cfg.listen {
@@ -169,7 +173,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // use it, waiting through errors that are not about that.
 func (r *Relay) ready(ctx context.Context) error {
 	var wait time.Duration
-	for {
+	for failures := 1; ; failures++ {
 		var version int64
 		var can bool
 		err := r.queryRow(ctx, `SELECT fencelock.schema_version(), has_function_privilege('fencelock.outbox_claim(bigint, integer, interval, text)', 'EXECUTE')`).
@@ -188,6 +192,7 @@ func (r *Relay) ready(ctx context.Context) error {
 		}
 		wait = min(max(2*wait, r.cfg.poll), 5*time.Second)
 		r.cfg.logger.WarnContext(ctx, "outbox: relay waiting for the database", "err", describe(err), "retry_in", wait)
+		r.obs.onError(context.WithoutCancel(ctx), ErrorEvent{Op: OpReady, Err: describe(err), Failures: failures})
 		select {
 		case <-ctx.Done():
 			return nil
@@ -259,6 +264,7 @@ func (p pgxRow) Scan(dest ...any) error {
 func (r *Relay) listen(ctx context.Context) {
 	pool := r.db.(acquirer)
 	var wait time.Duration
+	failures := 0
 	for ctx.Err() == nil {
 		err := func() error {
 			pc, err := pool.Acquire(ctx)
@@ -271,7 +277,7 @@ func (r *Relay) listen(ctx context.Context) {
 			if _, err := conn.Exec(ctx, "LISTEN fencelock_outbox"); err != nil {
 				return err
 			}
-			wait = 0
+			wait, failures = 0, 0
 			r.Wake() // what was committed while no one listened
 			for {
 				if _, err := conn.WaitForNotification(ctx); err != nil {
@@ -284,7 +290,9 @@ func (r *Relay) listen(ctx context.Context) {
 			return
 		}
 		wait = min(max(2*wait, 100*time.Millisecond), 5*time.Second)
+		failures++
 		r.cfg.logger.WarnContext(ctx, "outbox: relay's LISTEN connection failed; polling meanwhile", "err", err, "retry_in", wait)
+		r.obs.onError(context.WithoutCancel(ctx), ErrorEvent{Op: OpListen, Err: err, Failures: failures})
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
@@ -297,6 +305,9 @@ type result struct {
 	d     Delivery
 	claim int64
 	err   error
+	took  time.Duration
+	// outcome is what handle made of err.
+	outcome DeliveryOutcome
 	// until is when the claim expires: an ack that could not be recorded
 	// is retried until then, and then left to the next claim.
 	until time.Time
@@ -306,6 +317,8 @@ type result struct {
 // run in goroutines of their own and report on results.
 type loop struct {
 	*Relay
+	// octx is what observers get: Run's ctx without its cancellation.
+	octx     context.Context
 	results  chan result
 	inflight int
 	acks     []result // delivered or superseded: delete
@@ -363,9 +376,9 @@ func (l *loop) run(ctx context.Context) {
 			switch {
 			case err != nil:
 				due = false
-				timer.Reset(l.dbTrouble(ctx, "claim", err))
+				timer.Reset(l.dbTrouble(OpClaim, err))
 			default:
-				l.dbFine(ctx)
+				l.dbFine()
 				// A full batch means there may be more: claim again as
 				// soon as there is room.
 				due = n == want
@@ -403,20 +416,26 @@ func (l *loop) run(ctx context.Context) {
 	l.flush(dctx)
 }
 
-// dbTrouble logs a database error (the first, then every 30 s while it
-// lasts) and returns how long to wait before trying again.
-func (l *loop) dbTrouble(ctx context.Context, what string, err error) time.Duration {
+// dbTrouble reports a database error to the observers, logs it (the
+// first, then every 30 s while it lasts) and returns how long to wait
+// before trying again.
+func (l *loop) dbTrouble(op Op, err error) time.Duration {
 	l.dbErrs++
+	err = describe(err)
+	l.obs.onError(l.octx, ErrorEvent{Op: op, Err: err, Failures: l.dbErrs})
 	if l.dbErrs == 1 || time.Since(l.dbLogged) > 30*time.Second {
 		l.dbLogged = time.Now()
-		l.cfg.logger.WarnContext(ctx, "outbox: relay cannot "+what+"; retrying", "err", describe(err), "failures", l.dbErrs)
+		l.cfg.logger.WarnContext(l.octx, "outbox: relay cannot "+opDoing[op]+"; retrying", "err", err, "failures", l.dbErrs)
 	}
 	return jittered(min(l.cfg.poll<<min(l.dbErrs, 10), 5*time.Second))
 }
 
-func (l *loop) dbFine(ctx context.Context) {
+// opDoing says what an Op of the loop does, for its log lines.
+var opDoing = map[Op]string{OpClaim: "claim", OpAck: "record deliveries", OpRetry: "record failed attempts"}
+
+func (l *loop) dbFine() {
 	if l.dbErrs > 0 {
-		l.cfg.logger.InfoContext(ctx, "outbox: relay reaches the database again", "failures", l.dbErrs)
+		l.cfg.logger.InfoContext(l.octx, "outbox: relay reaches the database again", "failures", l.dbErrs)
 		l.dbErrs = 0
 	}
 }
@@ -436,15 +455,20 @@ func (l *loop) drain() {
 func (l *loop) handle(res result) {
 	l.inflight--
 	err := res.err
-	switch {
-	case err == nil:
+	res.outcome = l.cfg.outcome(err, res.d.Attempt)
+	switch res.outcome {
+	case Delivered:
 		l.stats.sent.Add(1)
 		l.acks = append(l.acks, res)
-	case errors.Is(err, ErrSuperseded):
+	case AlreadyApplied:
+		l.stats.alreadyApplied.Add(1)
+		l.cfg.logger.Debug("outbox: delivery already applied at the receiver, row deleted", "id", res.d.ID, "key", res.d.Key, "attempt", res.d.Attempt)
+		l.acks = append(l.acks, res)
+	case Superseded:
 		l.stats.superseded.Add(1)
 		l.cfg.logger.Info("outbox: delivery superseded at the receiver, row deleted", "id", res.d.ID, "resource", res.d.Resource, "token", res.d.Token, "key", res.d.Key, "err", err)
 		l.acks = append(l.acks, res)
-	case errors.Is(err, ErrTerminal) || res.d.Attempt >= l.cfg.maxAttempts:
+	case Dead:
 		l.stats.dead.Add(1)
 		l.cfg.logger.Warn("outbox: delivery failed for good, row marked dead (fencectl outbox list --dead; requeue to try again)",
 			"id", res.d.ID, "resource", res.d.Resource, "key", res.d.Key, "destination", res.d.Destination, "attempt", res.d.Attempt, "err", err)
@@ -454,6 +478,10 @@ func (l *loop) handle(res result) {
 		l.cfg.logger.Debug("outbox: delivery failed, will retry", "id", res.d.ID, "key", res.d.Key, "attempt", res.d.Attempt, "err", err)
 		l.fails = append(l.fails, res)
 	}
+	d := &res.d
+	l.obs.onDelivery(l.octx, DeliveryEvent{ID: d.ID, Resource: d.Resource, Token: d.Token, Holder: d.Holder,
+		Destination: d.Destination, Key: d.Key, Attempt: d.Attempt, Recorded: d.Recorded,
+		Outcome: res.outcome, Duration: res.took, Err: err})
 }
 
 // flush records the outcomes gathered so far: deletes the rows sent and
@@ -474,10 +502,13 @@ func (l *loop) flush(ctx context.Context) {
 		for i, a := range l.acks {
 			claims[i], ids[i] = a.claim, a.d.ID
 		}
-		if _, err := l.db.Exec(ctx, `SELECT fencelock.outbox_ack($1, $2)`, pgx.QueryExecModeExec, claims, ids); err != nil {
+		start := time.Now()
+		var changed int
+		if err := l.queryRow(ctx, `SELECT fencelock.outbox_ack($1, $2)`, claims, ids).Scan(&changed); err != nil {
 			l.acks = l.unexpired(l.acks)
-			l.dbTrouble(ctx, "record deliveries", err)
+			l.dbTrouble(OpAck, err)
 		} else {
+			l.obs.onRecord(l.octx, RecordEvent{Op: OpAck, Outcomes: len(ids), Changed: changed, Duration: time.Since(start)})
 			l.acks = l.acks[:0]
 		}
 	}
@@ -486,15 +517,18 @@ func (l *loop) flush(ctx context.Context) {
 		claims, ids, errs, delays, dead := make([]int64, n), make([]int64, n), make([]string, n), make([]int64, n), make([]bool, n)
 		for i, f := range l.fails {
 			claims[i], ids[i], errs[i] = f.claim, f.d.ID, oneLine(f.err.Error(), maxErrorLen)
-			dead[i] = errors.Is(f.err, ErrTerminal) || f.d.Attempt >= l.cfg.maxAttempts
+			dead[i] = f.outcome == Dead
 			if !dead[i] {
 				delays[i] = jittered(l.cfg.backoff(f.d.Attempt)).Milliseconds()
 			}
 		}
-		if _, err := l.db.Exec(ctx, `SELECT fencelock.outbox_retry($1, $2, $3, $4, $5)`, pgx.QueryExecModeExec, claims, ids, errs, delays, dead); err != nil {
+		start := time.Now()
+		var changed int
+		if err := l.queryRow(ctx, `SELECT fencelock.outbox_retry($1, $2, $3, $4, $5)`, claims, ids, errs, delays, dead).Scan(&changed); err != nil {
 			l.fails = l.unexpired(l.fails)
-			l.dbTrouble(ctx, "record failed attempts", err)
+			l.dbTrouble(OpRetry, err)
 		} else {
+			l.obs.onRecord(l.octx, RecordEvent{Op: OpRetry, Outcomes: n, Changed: changed, Duration: time.Since(start)})
 			l.fails = l.fails[:0]
 		}
 	}
@@ -553,6 +587,7 @@ func (l *loop) claim(ctx context.Context, n int) (int, error) {
 		return 0, err
 	}
 	l.stats.claimed.Add(uint64(len(ds)))
+	l.obs.onClaim(l.octx, ClaimEvent{Claimed: len(ds), Limit: n, Duration: time.Since(start)})
 	until := start.Add(l.cfg.visibility)
 	l.after = nextAfter(l.after, ds)
 	for _, d := range ds {
@@ -589,6 +624,7 @@ func nextAfter(after string, ds []Delivery) string {
 func (l *loop) send(d Delivery, claim int64, until time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.sendTimeout)
 	defer cancel()
+	start := time.Now()
 	done := make(chan error, 1)
 	go func() {
 		defer func() {
@@ -604,5 +640,5 @@ func (l *loop) send(d Delivery, claim int64, until time.Time) {
 	case <-time.After(l.cfg.sendTimeout + time.Second):
 		err = fmt.Errorf("outbox: Send did not return within the send timeout (%v) and ignores its context; the relay moved on", l.cfg.sendTimeout)
 	}
-	l.results <- result{d: d, claim: claim, err: err, until: until}
+	l.results <- result{d: d, claim: claim, err: err, took: time.Since(start), until: until}
 }

@@ -31,7 +31,9 @@ type Delivery struct {
 }
 
 // Sender delivers effects. Send returns nil once the receiver has the
-// effect, an error otherwise: wrapped ErrTerminal for one that can never
+// effect, an error otherwise: wrapped guard.ErrAlreadyApplied when the
+// receiver says it had the effect before (a redelivery: the row is
+// deleted, as delivered), wrapped ErrTerminal for one that can never
 // succeed (the row goes dead at once), wrapped ErrSuperseded for one the
 // receiver refused as stale (the row is deleted), anything else to retry
 // with backoff. ctx carries the relay's per-send timeout; a Send that

@@ -17,7 +17,8 @@ import (
 // A relay stopped while it sends, or while it records an outcome (its
 // statement waiting on the server, held there by a row lock until after
 // the stop), finishes the send and the record before Run returns, and does
-// not take its own stop for database trouble: nothing is logged at Warn.
+// not take its own stop for database trouble: nothing is logged at Warn,
+// and observers get no ErrorEvent.
 // Once Run has returned, a delivered row is deleted and a failed one is
 // free again with its attempt recorded, not left to its claim's
 // visibility timeout.
@@ -59,7 +60,8 @@ func TestRelayStopRecordsOutcome(t *testing.T) {
 				return nil
 			})
 			var logs syncBuf
-			r, err := outbox.NewRelay(db.Pool, sender, outbox.WithPollInterval(time.Hour),
+			var rec recorder
+			r, err := outbox.NewRelay(db.Pool, sender, outbox.WithPollInterval(time.Hour), outbox.WithObserver(&rec),
 				outbox.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 			require.NoError(t, err)
 			done := make(chan error, 1)
@@ -97,6 +99,7 @@ func TestRelayStopRecordsOutcome(t *testing.T) {
 				assert.Zero(t, all, "the delivered row is deleted when Run returns")
 			}
 			assert.Empty(t, logs.String(), "nothing logged at Warn: the relay's stop is not database trouble")
+			assert.Empty(t, rec.errors(), "no ErrorEvent")
 		})
 	}
 }
@@ -104,7 +107,8 @@ func TestRelayStopRecordsOutcome(t *testing.T) {
 // A relay stopped while its claim waits on the server (held there by a
 // table lock until after the stop) finishes the claim, sends what it
 // claimed and records it before Run returns: no row is left claimed by a
-// relay that is gone, and nothing is logged at Warn.
+// relay that is gone, and nothing is logged at Warn or reported as an
+// error.
 func TestRelayStopFinishesClaim(t *testing.T) {
 	db := newDB(t)
 	ctx := ctxT(t)
@@ -118,7 +122,8 @@ func TestRelayStopFinishesClaim(t *testing.T) {
 	var sent atomic.Int64
 	sender := outbox.SenderFunc(func(context.Context, outbox.Delivery) error { sent.Add(1); return nil })
 	var logs syncBuf
-	r, err := outbox.NewRelay(db.Pool, sender, outbox.WithPollInterval(time.Hour),
+	var rec recorder
+	r, err := outbox.NewRelay(db.Pool, sender, outbox.WithPollInterval(time.Hour), outbox.WithObserver(&rec),
 		outbox.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	require.NoError(t, err)
 	rctx, stop := context.WithCancel(ctx)
@@ -139,6 +144,7 @@ func TestRelayStopFinishesClaim(t *testing.T) {
 	assert.Zero(t, all, "the claimed row was sent and its delivery recorded")
 	assert.EqualValues(t, 1, sent.Load())
 	assert.Empty(t, logs.String(), "nothing logged at Warn: the relay's stop is not database trouble")
+	assert.Empty(t, rec.errors(), "no ErrorEvent")
 }
 
 // waitLocked waits until a statement calling fn waits for a lock.
