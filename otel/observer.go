@@ -37,11 +37,13 @@ const (
 	KeyHeld     = attribute.Key("fencelock.lock.held_seconds")
 )
 
-// Observer turns fence's lock events and guard's write events into
-// metrics and spans. It implements fence.AcquireObserver,
-// fence.RenewObserver, fence.LossObserver, fence.ReleaseObserver,
-// guard.ExecObserver and guard.AdvanceObserver; one Observer can serve
-// many clients and stores. It is safe for concurrent use.
+// Observer turns fence's lock events, guard's write events and the outbox
+// relay's events into metrics and spans. It implements
+// fence.AcquireObserver, fence.RenewObserver, fence.LossObserver,
+// fence.ReleaseObserver, guard.ExecObserver, guard.AdvanceObserver and
+// outbox's ClaimObserver, DeliveryObserver, RecordObserver and
+// ErrorObserver; one Observer can serve many clients, stores and relays.
+// It is safe for concurrent use.
 type Observer struct {
 	tracer trace.Tracer
 	names  bool
@@ -55,6 +57,7 @@ type Observer struct {
 	execs        metric.Int64Counter
 	execDur      metric.Float64Histogram
 	advances     metric.Int64Counter
+	relay        relayInstruments
 }
 
 var (
@@ -124,6 +127,10 @@ func New(opts ...Option) (*Observer, error) {
 	o.advances, err = m.Int64Counter("fencelock.guard.advances", metric.WithUnit("{advance}"),
 		metric.WithDescription("Store.Advance calls by outcome and reason: committed (the claim is recorded); rejected (stale_token, read_only, lease_lost); failed."))
 	add(err)
+	o.relayInstruments(m, add)
+	if cfg.backlog != nil {
+		add(o.backlogGauge(m, cfg.backlog))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("fencelockotel: creating instruments: %w", err)
 	}
@@ -137,6 +144,12 @@ func (o *Observer) attrs(nameKey attribute.Key, name string, kv ...attribute.Key
 	if o.names {
 		return metric.WithAttributeSet(attribute.NewSet(append(kv, nameKey.String(name))...))
 	}
+	return o.fixed(kv...)
+}
+
+// fixed is the attribute set of the fixed attributes kv (at most two),
+// built once and reused.
+func (o *Observer) fixed(kv ...attribute.KeyValue) metric.MeasurementOption {
 	var k setKey
 	copy(k[:], kv)
 	if m, ok := o.sets.Load(k); ok {

@@ -11,9 +11,10 @@ import (
 type Option func(*config) error
 
 type config struct {
-	mp    metric.MeterProvider
-	tp    trace.TracerProvider
-	names bool
+	mp      metric.MeterProvider
+	tp      trace.TracerProvider
+	names   bool
+	backlog *backlog
 }
 
 // WithMeterProvider sets where the metrics go (default: the global one,
@@ -41,7 +42,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // WithNameAttribute adds the lock name (fencelock.lock.name) and the
-// guarded resource (fencelock.resource) to every metric. Off by default:
+// guarded resource (fencelock.resource) to every metric of locks, guarded
+// writes and outbox deliveries. Off by default:
 // each name becomes a series of every instrument, which is fine for a
 // handful of fixed lock names and costly for one lock per customer or
 // batch. Spans always carry them.
