@@ -9,7 +9,7 @@ import (
 	"github.com/fencelock/fencelock/internal/pgcore"
 )
 
-// The statements Add queues: a plain INSERT, each row carrying the
+// The statements Add writes: a plain INSERT, each row carrying the
 // transaction's claim (the outbox's trigger refuses any other, and the
 // commit checks that claim under the fence lock), one row per effect up
 // to maxValuesRows (a statement per row count, each prepared once per
@@ -46,25 +46,29 @@ var sqlAddValues = func() [maxValuesRows + 1]string {
 
 // Add records effects in tx, the transaction that guard.Exec (or a Run's
 // Step) gives fn, of pgfence (a pgx.Tx, or a savepoint of it) or sqlfence
-// (a *sql.Tx): they are written to fencelock.outbox with the transaction's
-// commit, in the same transaction, and delivered by a Relay once it has
-// committed. If the transaction does not commit — fn returns an error,
+// (a *sql.Tx): they are written to fencelock.outbox in that transaction,
+// commit only with it (after the commit's check of its claim), and are
+// delivered by a Relay once it has committed. If the transaction does not commit — fn returns an error,
 // panics or its context ends, the token is stale at the commit, a retry
 // under guard.WithKey finds the key applied — nothing is recorded and
 // nothing is sent. When it commits, the relays of this process wake at
 // once.
 //
-// Add sends nothing itself: with pgfence the effects ride the commit's
-// round trip; with sqlfence each Add costs one round trip at the commit
-// (database/sql sends one statement at a time), so pass all of a
-// transaction's effects in one call. A pgfence savepoint rolled back drops
-// the effects added through it.
+// With pgfence Add sends nothing itself: the effects ride the commit's
+// round trip, and a savepoint of tx.Begin that is rolled back drops the
+// effects added after it began (one that fn makes and rolls back with SQL
+// does not: pgfence does not read fn's SQL). With sqlfence each Add is one
+// statement, sent at once in fn's transaction (database/sql sends one
+// statement at a time: pass all of a transaction's effects in one call),
+// so any savepoint rolled back, with SQL too, undoes it.
 //
 // An effect Add refuses (ErrInvalidEffect: an empty destination or key,
 // a payload over MaxPayload, headers that are not valid HTTP), a tx that
 // is not an open guarded transaction (ErrNotGuarded) or an ended ctx is
-// an error, and nothing of the call is recorded; the transaction is
-// still fn's, which decides whether to return the error.
+// an error, nothing of the call is sent or recorded, and the transaction
+// is still fn's, which decides whether to return the error. With sqlfence
+// an insert the database refuses is its error (the transaction is then
+// aborted, as by any failed statement).
 func Add(ctx context.Context, tx any, effects ...Effect) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("outbox: add: %w", err)
@@ -77,7 +81,7 @@ func Add(ctx context.Context, tx any, effects ...Effect) error {
 	if err != nil {
 		return err
 	}
-	if err := pgcore.OnCommit(tx, sql, args...); err != nil {
+	if err := pgcore.Write(ctx, tx, sql, args...); err != nil {
 		return addError(err)
 	}
 	// Registered after the statement: an Add that queued nothing wakes no

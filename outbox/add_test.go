@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -228,8 +229,66 @@ func TestAddBadInput(t *testing.T) {
 	assert.Zero(t, all)
 }
 
-// A pgfence savepoint rolled back drops the effects added through it.
-func TestAddSavepoint(t *testing.T) {
+// outboxKeys are the keys of the outbox's rows, oldest first.
+func outboxKeys(t *testing.T, db *testenv.DB) []string {
+	t.Helper()
+	rs, err := db.Pool.Query(ctxT(t), `SELECT key FROM fencelock.outbox ORDER BY id`)
+	require.NoError(t, err)
+	keys, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	require.NoError(t, err)
+	return keys
+}
+
+// A savepoint that fn makes and rolls back with SQL (SAVEPOINT, ROLLBACK TO
+// SAVEPOINT: GORM's nested transactions do it) with sqlfence undoes the
+// effects added inside it, as it undoes fn's writes there: Add writes them
+// at once in fn's transaction. A savepoint released keeps them.
+func TestAddSQLSavepointSqlfence(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	sdb, err := sql.Open("pgx", db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sdb.Close() })
+	sq, err := sqlfence.New(sdb)
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, sq, lease{"r", 1, "a"}, func(ctx context.Context, tx *sql.Tx) error {
+		for _, step := range []struct {
+			sql string
+			key string
+		}{
+			{key: "kept"},
+			{sql: "SAVEPOINT s1"},
+			{key: "rolled-back"},
+			{sql: "SAVEPOINT s2"},
+			{key: "rolled-back-nested"},
+			{sql: "ROLLBACK TO SAVEPOINT s1"},
+			{sql: "SAVEPOINT s3"},
+			{key: "released"},
+			{sql: "RELEASE SAVEPOINT s3"},
+		} {
+			if step.sql != "" {
+				if _, err := tx.ExecContext(ctx, step.sql); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: step.key}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"kept", "released"}, outboxKeys(t, db))
+}
+
+// With pgfence a savepoint of tx.Begin rolled back drops the effects added
+// after it, through it or through tx; one made with SQL (SAVEPOINT and
+// ROLLBACK TO SAVEPOINT sent through tx.Exec) rolls back fn's writes but
+// not the effects queued meanwhile, which commit with the transaction:
+// pgfence queues effects for the commit's round trip and does not read
+// fn's SQL (docs/guarded-writes.md says so; use tx.Begin).
+func TestAddSavepointPgfence(t *testing.T) {
 	db := newDB(t)
 	ctx := ctxT(t)
 	pg, err := pgfence.New(db.Pool)
@@ -245,15 +304,37 @@ func TestAddSavepoint(t *testing.T) {
 		if err := outbox.Add(ctx, sp, outbox.Effect{Destination: "d", Key: "dropped"}); err != nil {
 			return err
 		}
-		return sp.Rollback(ctx)
+		if err := outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: "dropped-through-tx"}); err != nil {
+			return err
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return err
+		}
+		sp, err = tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := outbox.Add(ctx, sp, outbox.Effect{Destination: "d", Key: "released"}); err != nil {
+			return err
+		}
+		if err := sp.Commit(ctx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "CREATE TABLE t (v text); SAVEPOINT s; INSERT INTO t VALUES ('undone')"); err != nil {
+			return err
+		}
+		if err := outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: "sql-savepoint"}); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT s")
+		return err
 	})
 	require.NoError(t, err)
-	var keys []string
-	rs, err := db.Pool.Query(ctx, `SELECT key FROM fencelock.outbox`)
-	require.NoError(t, err)
-	keys, err = pgx.CollectRows(rs, pgx.RowTo[string])
-	require.NoError(t, err)
-	assert.Equal(t, []string{"kept"}, keys)
+	assert.Equal(t, []string{"kept", "released", "sql-savepoint"}, outboxKeys(t, db),
+		"a SQL ROLLBACK TO SAVEPOINT does not drop what was queued")
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n))
+	assert.Zero(t, n, "while it undoes fn's writes")
 }
 
 // Notify wakes a relay that listens, in the commit: here one whose poll
@@ -335,6 +416,76 @@ func TestAddNoRoundTrip(t *testing.T) {
 	assert.Equal(t, without, many, "two effects")
 	all, _ := rows(t, db.Pool)
 	assert.Equal(t, 3, all)
+}
+
+// With sqlfence, each Add is one round trip, in fn (database/sql sends one
+// statement at a time), whatever the number of effects it records.
+func TestAddSqlfenceRoundTrips(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	var writes atomic.Int64
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{Conn: c, writes: &writes}, nil
+	}
+	sdb := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { _ = sdb.Close() })
+	sdb.SetMaxOpenConns(1)
+	sq, err := sqlfence.New(sdb)
+	require.NoError(t, err)
+	exec := func(adds ...[]outbox.Effect) int64 {
+		before := writes.Load()
+		_, err := guard.Exec(ctx, sq, lease{"r", 1, "a"}, func(ctx context.Context, tx *sql.Tx) error {
+			for _, effects := range adds {
+				if err := outbox.Add(ctx, tx, effects...); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		return writes.Load() - before
+	}
+	one := []outbox.Effect{{Destination: "d", Key: "k"}}
+	two := []outbox.Effect{{Destination: "d", Key: "k"}, {Destination: "d", Key: "k2"}}
+	exec(one, two) // the driver prepares each statement on its first use
+	without := exec()
+	assert.Equal(t, without+1, exec(one), "one Add of one effect")
+	assert.Equal(t, without+1, exec(two), "one Add of two effects")
+	assert.Equal(t, without+2, exec(one, two), "two Adds")
+}
+
+// With sqlfence, a fn that sends COMMIT itself through its *sql.Tx after
+// Add (a misuse: Exec returns guard.ErrTxEnded, "fn's writes may have
+// committed without the fence check") commits the effect with its other
+// writes, unchecked at the commit, as docs/outbox.md says; pgfence, which
+// sends effects with its own commit, sends none then.
+func TestAddRawCommit(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	for _, s := range stores(t, db) {
+		err := s.exec(ctx, lease{"raw-" + s.name, 1, "a"}, func(ctx context.Context, tx any) error {
+			if err := outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: s.name}); err != nil {
+				return err
+			}
+			var err error
+			switch tx := tx.(type) {
+			case pgx.Tx:
+				_, err = tx.Exec(ctx, "COMMIT")
+			case *sql.Tx:
+				_, err = tx.ExecContext(ctx, "COMMIT")
+			}
+			return err
+		})
+		require.ErrorIs(t, err, guard.ErrTxEnded, s.name)
+	}
+	assert.Equal(t, []string{"sqlfence"}, outboxKeys(t, db))
 }
 
 // outboxRow is a recorded effect as the table holds it.

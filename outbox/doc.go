@@ -21,13 +21,17 @@
 //		})
 //	}, guard.WithKey(batchID))
 //
-// The rows are written in the round trip that commits (pgfence: no round
-// trip of their own; sqlfence: one per Add, at the commit), after fn has
-// returned, so a holder frozen inside fn holds no lock because of them.
-// Each Add is one plain INSERT of rows that carry the transaction's claim
-// (resource, token, holder); the commit's own check of that claim, under
-// the fence lock, is what lets them commit, so they cost no check of
-// their own. pgfence prepares the statement once per connection.
+// With pgfence the rows are written in the round trip that commits, after
+// fn has returned: no round trip of their own. With sqlfence each Add is
+// one round trip, in fn: the rows are written at once in fn's
+// transaction, so that a savepoint fn rolls back with SQL (as GORM's
+// nested transactions do) undoes them; they take no lock another
+// transaction waits for, so a holder frozen inside fn holds up no one
+// because of them. Each Add is one plain INSERT of rows that carry the
+// transaction's claim (resource, token, holder); the commit's own check of
+// that claim, under the fence lock, is what lets them commit, so they cost
+// no check of their own. pgfence prepares the statement once per
+// connection.
 // The relays of the process wake when the commit succeeds; [Notify] wakes
 // those of other processes too.
 //

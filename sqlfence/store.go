@@ -164,6 +164,7 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 	}
 	t := &txn{s: s, tx: tx, cancel: cancel, args: closeArgs(c, run)}
 	t.queue.Claim = c
+	t.queue.Exec = t.execNow
 	pgcore.Register(tx, &t.queue)
 	t.args = append(t.args, s.nonce+"-"+strconv.FormatUint(s.serial.Add(1), 10))
 	var readOnly string

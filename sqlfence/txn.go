@@ -33,6 +33,15 @@ func (t *txn) end() []pgcore.Queued {
 
 func (t *txn) Tx() *sql.Tx { return t.tx }
 
+// execNow runs a statement of pgcore.Write in the transaction at once, as
+// fn's own statements run: a savepoint fn rolls back undoes it.
+func (t *txn) execNow(ctx context.Context, q string, args []any) error {
+	if _, err := t.tx.ExecContext(ctx, q, args...); err != nil {
+		return mapError(err)
+	}
+	return nil
+}
+
 // Commit claims the fence, records the key and the run (fencelock.close),
 // runs the statements queued with pgcore.OnCommit (one round trip each:
 // database/sql sends one statement at a time) and commits: two statements

@@ -1,6 +1,7 @@
 package pgcore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -34,6 +35,10 @@ type CommitQueue struct {
 	// Claim is the transaction's claim, which its commit checks (the
 	// store sets it when the transaction begins); ClaimOf returns it.
 	Claim guard.Claim
+	// Exec, if set, runs a statement in the transaction at once, with its
+	// error mapped (sqlfence sets it: the statement goes through fn's
+	// *sql.Tx); Write uses it instead of queueing.
+	Exec func(ctx context.Context, sql string, args []any) error
 
 	mu     sync.Mutex
 	stmts  []Queued
@@ -150,6 +155,43 @@ func OnCommit(tx any, sql string, args ...any) error {
 	q, err := queueOf(tx)
 	if err != nil {
 		return err
+	}
+	return q.add(Queued{SQL: sql, Args: args})
+}
+
+// Write records sql, with args, in tx, an open guarded transaction as for
+// OnCommit, as a write of fn's: what rolls back fn's writes rolls it back
+// too, and it commits only with them, after the commit's check of the
+// claim.
+//
+// sqlfence runs it at once, through fn's *sql.Tx (one round trip, which
+// it would cost at the commit too), so a savepoint that fn rolls back with
+// SQL (ROLLBACK TO SAVEPOINT, as GORM's nested transactions send) undoes
+// it. pgfence queues it for the commit's round trip as OnCommit does (no
+// round trip of its own): a savepoint of tx.Begin that is rolled back
+// drops it, but pgfence does not read fn's SQL, so a savepoint that fn
+// makes and rolls back with SQL does not.
+//
+// tx that is not such a transaction, or whose Exec has ended, is an error
+// wrapping ErrNotGuardedTx; nothing is written. A statement that fails at
+// once (sqlfence) returns the store's mapped error, and the transaction
+// is aborted, as by any failed statement of fn's.
+func Write(ctx context.Context, tx any, sql string, args ...any) error {
+	if strings.TrimSpace(sql) == "" {
+		return fmt.Errorf("%w: empty statement", guard.ErrInvalidInput)
+	}
+	q, err := queueOf(tx)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	exec, closed := q.Exec, q.closed
+	q.mu.Unlock()
+	switch {
+	case closed:
+		return fmt.Errorf("%w (its Exec has ended)", ErrNotGuardedTx)
+	case exec != nil:
+		return exec(ctx, sql, args)
 	}
 	return q.add(Queued{SQL: sql, Args: args})
 }
