@@ -90,7 +90,9 @@
 // after a backoff that doubles, with jitter; a Send that panics, hangs
 // past the send timeout or returns an error is a failed attempt, and the
 // relay goes on. Any number of relays, in any number of processes, may
-// serve one database.
+// serve one database. A relay reports its claims, the outcome of every
+// attempt at a delivery, its records and the database trouble it waits
+// through to its observers ([WithObserver], [Observer]).
 //
 // A relay wakes up when a transaction of its own process that added
 // effects commits, on NOTIFY fencelock_outbox with [WithListen] (effects

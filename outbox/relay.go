@@ -138,7 +138,9 @@ func jittered(d time.Duration) time.Duration {
 
 // Run delivers effects until ctx ends, then stops claiming, lets the
 // sends in flight finish (each within the send timeout), records their
-// outcomes and returns nil. It returns an error at once when the database
+// outcomes and returns nil; a claim or a record under way when ctx ends
+// is finished first (each within a timeout of its own), so a relay
+// stopped while the database answers leaves no row claimed. It returns an error at once when the database
 // cannot serve a relay (the fencelock schema, or its outbox migration, is
 // missing; the role lacks EXECUTE on the outbox functions); any other
 // trouble (the database restarting, unreachable, read-only) is logged and
