@@ -214,7 +214,7 @@ func TestOutboxBacklog(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	_, err := fencelockotel.New(fencelockotel.WithMeterProvider(mp), fencelockotel.WithOutboxBacklog(db.Pool, time.Second))
+	_, err := fencelockotel.New(fencelockotel.WithMeterProvider(mp), fencelockotel.WithOutboxBacklog(db.Pool, 2*time.Second))
 	require.NoError(t, err)
 
 	l := lateWriter{name: "r", holder: "h", token: 1}
@@ -229,20 +229,24 @@ func TestOutboxBacklog(t *testing.T) {
 		require.NoError(t, err)
 	}
 	want := map[string]int64{"due": 1, "claimed": 1, "waiting": 1, "dead": 1}
+	start := time.Now() // the reading is taken after this
 	got, ok := backlogPoints(t, reader)
+	read := time.Now() // and before this
 	require.True(t, ok)
 	assert.Equal(t, want, got)
 
-	start := time.Now()
 	record(t, db.Pool, l, outbox.Effect{Destination: "d", Key: "new-1"}, outbox.Effect{Destination: "d", Key: "new-2"})
+	checked := 0
 	for range 20 {
 		got, ok := backlogPoints(t, reader)
 		require.True(t, ok)
-		if time.Since(start) < 900*time.Millisecond {
+		if time.Since(start) < 1900*time.Millisecond {
 			assert.Equal(t, want, got, "within the interval: the last reading")
+			checked++
 		}
 	}
-	time.Sleep(time.Until(start.Add(1100 * time.Millisecond)))
+	require.Positive(t, checked, "collected within the interval")
+	time.Sleep(time.Until(read.Add(2100 * time.Millisecond)))
 	want["due"] = 3
 	got, _ = backlogPoints(t, reader)
 	assert.Equal(t, want, got, "after the interval: a new reading")
