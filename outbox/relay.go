@@ -140,11 +140,12 @@ func jittered(d time.Duration) time.Duration {
 // sends in flight finish (each within the send timeout), records their
 // outcomes and returns nil; a claim or a record under way when ctx ends
 // is finished first (each within a timeout of its own), so a relay
-// stopped while the database answers leaves no row claimed. It returns an error at once when the database
-// cannot serve a relay (the fencelock schema, or its outbox migration, is
-// missing; the role lacks EXECUTE on the outbox functions); any other
-// trouble (the database restarting, unreachable, read-only) is logged and
-// waited through, polling with backoff. A Relay runs once at a time.
+// stopped while the database answers leaves no row claimed. It returns
+// an error at once when the database cannot serve a relay (the fencelock
+// schema, or its outbox migration, is missing; the role lacks EXECUTE on
+// the outbox functions); any other trouble (the database restarting,
+// unreachable, read-only) is logged, reported to the observers and waited
+// through, polling with backoff. A Relay runs once at a time.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.busy.CompareAndSwap(false, true) {
 		return errors.New("outbox: Relay.Run is already running; make another Relay for another loop")
@@ -323,7 +324,7 @@ type loop struct {
 	octx     context.Context
 	results  chan result
 	inflight int
-	acks     []result // delivered or superseded: delete
+	acks     []result // delivered, already applied or superseded: delete
 	fails    []result // failed: retry or dead
 	after    string   // the last ordered resource claimed, where the next claim starts
 	dbErrs   int
