@@ -1,0 +1,205 @@
+package pgcore
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/fencelock/fencelock/internal/oneline"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SQLSTATEs of a server that refuses a connection.
+const (
+	InvalidPassword    = "28P01" // invalid_password
+	InvalidAuth        = "28000" // invalid_authorization_specification (pg_hba.conf, no such role, no LOGIN)
+	UndefinedDatabase  = "3D000" // invalid_catalog_name
+	TooManyConnections = "53300" // too_many_connections
+	CannotConnectNow   = "57P03" // cannot_connect_now (starting up, shutting down, recovering)
+)
+
+// Server is the Postgres server a connection was for, as a message names
+// it.
+type Server struct {
+	// Host is a name or an address, or the directory of a Unix socket.
+	Host string
+	Port uint16
+	User string
+	// Database is the database's name; "" is the user's, as Postgres
+	// takes it.
+	Database string
+}
+
+// Addr is host:port, or the path of the Unix socket.
+func (s Server) Addr() string {
+	port := strconv.Itoa(int(s.Port))
+	if strings.HasPrefix(s.Host, "/") {
+		return filepath.Join(s.Host, ".s.PGSQL."+port)
+	}
+	return net.JoinHostPort(s.Host, port)
+}
+
+func (s Server) String() string {
+	db := s.Database
+	if db == "" {
+		db = s.User
+	}
+	return fmt.Sprintf("Postgres at %s as user %q, database %q", s.Addr(), s.User, db)
+}
+
+// connectError is a failed connection to Postgres, in one line: the
+// server's answer (or the network's) first and once, then where it came
+// from, then the fix. pgx's own message holds a line per attempt
+// (sslmode=prefer tries TLS first, and a server without TLS refuses it),
+// which names the refused TLS before the real cause. errors.As and
+// errors.Is still find the driver's errors (*pgconn.ConnectError, the
+// server's *pgconn.PgError or lib/pq's *pq.Error, the dial's *net.OpError
+// and its errno).
+type connectError struct {
+	msg string
+	err error
+}
+
+func (e *connectError) Error() string { return e.msg }
+func (e *connectError) Unwrap() error { return e.err }
+
+// ConnError rewrites err in one line when a connection to Postgres failed
+// under it (a *pgconn.ConnectError in its chain: pgx, pgxpool, pgx's
+// database/sql driver); any other error, and nil, is returned as it is.
+// The message starts with prefix and op ("pgfence: begin: "), then the
+// cause: the server's answer with its SQLSTATE and the server, user and
+// database it came from; or "cannot reach" the server, user and database,
+// and the network's error. It ends with a fix for a password refused or a
+// missing user (28P01, 28000), a missing database (3D000), too many
+// connections (53300), a server not accepting connections (57P03) and an
+// unreachable server.
+func ConnError(prefix, op string, err error) error { return connError(prefix, op, err, nil) }
+
+// ConnErrorAt is ConnError for drivers that report a failed connection
+// with errors of their own (lib/pq: the server's refusal, or the dial's
+// *net.OpError, and no *pgconn.ConnectError): such an error is recognised
+// by the refusal's SQLSTATE, or a dial error, and at, when not nil, says
+// where the connection was for (false: unknown).
+func ConnErrorAt(prefix, op string, err error, at func() (Server, bool)) error {
+	return connError(prefix, op, err, at)
+}
+
+func connError(prefix, op string, err error, at func() (Server, bool)) error {
+	var done *connectError
+	if err == nil || errors.As(err, &done) {
+		return err
+	}
+	var (
+		srv   Server
+		known bool
+		ce    *pgconn.ConnectError
+	)
+	switch {
+	case errors.As(err, &ce):
+		if c := ce.Config; c != nil {
+			srv, known = Server{Host: c.Host, Port: c.Port, User: c.User, Database: c.Database}, true
+		}
+	case !refusal(err):
+		return err
+	case at != nil:
+		srv, known = at()
+	}
+	where := "Postgres"
+	if known {
+		where = srv.String()
+	}
+	var (
+		opErr *net.OpError
+		msg   string
+	)
+	if e, ok := From(err); ok {
+		msg = fmt.Sprintf("%s: %s: %s (SQLSTATE %s)", prefix, op, e.Message, e.Code)
+		if known {
+			msg += ", from " + where
+		}
+		if fix := refusalFix(e, srv, known); fix != "" {
+			msg += ": " + fix
+		}
+	} else if errors.As(err, &opErr) {
+		msg = fmt.Sprintf("%s: %s: cannot reach %s: %s: %s", prefix, op, where, opErr.Error(),
+			"check the host and port in the connection URL (or PGHOST, PGPORT), and that Postgres runs there and accepts TCP connections from this host")
+	} else {
+		cause := err
+		if ce != nil {
+			cause = ce.Unwrap()
+		}
+		msg = fmt.Sprintf("%s: %s: cannot connect to %s: %s", prefix, op, where, oneline.Fold(cause.Error()))
+	}
+	return &connectError{msg: msg, err: err}
+}
+
+// refusal reports whether err, which is not a *pgconn.ConnectError, is a
+// failed connection all the same: the server refusing it, or its dial.
+func refusal(err error) bool {
+	switch Code(err) {
+	case InvalidPassword, InvalidAuth, UndefinedDatabase, TooManyConnections, CannotConnectNow:
+		return true
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
+}
+
+// refusalFix is what to do about the server's answer e to a connection
+// for srv (known: srv is set), or "" when there is nothing to say. The
+// role or database a statement of the fix names is the one the server's
+// answer names, else the connection's.
+func refusalFix(e Error, srv Server, known bool) string {
+	user, db := "<user>", "<database>"
+	if known {
+		user, db = ident(srv.User), ident(srv.Database)
+		if srv.Database == "" {
+			db = user
+		}
+	}
+	if q, ok := quoted(e.Message); ok {
+		user, db = ident(q), ident(q)
+	}
+	switch e.Code {
+	case InvalidPassword:
+		return "check the user and password in the connection URL (or PGUSER, PGPASSWORD)"
+	case InvalidAuth:
+		switch {
+		case strings.Contains(e.Message, "pg_hba.conf"):
+			return "add a line for this host, user and database to the server's pg_hba.conf and reload it, or connect as a user it admits"
+		case strings.Contains(e.Message, "not permitted to log in"):
+			return "let the role log in (ALTER ROLE " + user + " LOGIN), or connect as another user"
+		case strings.Contains(e.Message, "does not exist"):
+			return "check the user in the connection URL (or PGUSER), or create the role (CREATE ROLE " + user + " LOGIN)"
+		}
+		return "check the user and password in the connection URL (or PGUSER, PGPASSWORD)"
+	case UndefinedDatabase:
+		return "create the database (CREATE DATABASE " + db + "), or name one that exists in the connection URL"
+	case TooManyConnections:
+		switch {
+		case strings.Contains(e.Message, "for role"):
+			return "use fewer connections as this role (a smaller pool), or lift its limit: ALTER ROLE " + user + " CONNECTION LIMIT -1"
+		case strings.Contains(e.Message, "for database"):
+			return "use fewer connections to this database (a smaller pool), or lift its limit: ALTER DATABASE " + db + " CONNECTION LIMIT -1"
+		}
+		return "use fewer connections (a smaller pool, or a pooler such as PgBouncer in front), or raise max_connections on the server (it takes a restart)"
+	case CannotConnectNow:
+		return "retry once the server accepts connections again, or connect to one that does"
+	}
+	return ""
+}
+
+// ident quotes s as an SQL identifier.
+func ident(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// quoted is the name between the first and the last double quote of the
+// server's message (`role "app" does not exist`).
+func quoted(msg string) (string, bool) {
+	i, j := strings.IndexByte(msg, '"'), strings.LastIndexByte(msg, '"')
+	if i < 0 || j <= i {
+		return "", false
+	}
+	return msg[i+1 : j], true
+}
