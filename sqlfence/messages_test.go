@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/fence"
-	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
@@ -29,17 +28,11 @@ func TestMessagesNameEachCauseOnce(t *testing.T) {
 		defer cancel()
 		_ = locks.Close(ctx)
 	})
-	msgtest.Walk(t, testCtx(t), locks, msgtest.Target[*sql.Tx]{
-		Store:   s,
-		Advance: s.Advance,
-		Prune:   s.Prune,
-		Step: func(ctx context.Context, l guard.Lease, key, cursor string) error {
-			return s.Run(l, key).Step(ctx, cursor, nil)
-		},
-		Write: insert("m"),
-		BadOption: func() error {
-			_, err := sqlfence.New(db, sqlfence.WithLockTimeout(0))
-			return err
-		},
-	})
+	tg := msgtest.StoreTarget[*sql.Tx, *sqlfence.Run](s)
+	tg.Write = insert("m")
+	tg.BadOption = func() error {
+		_, err := sqlfence.New(db, sqlfence.WithLockTimeout(0))
+		return err
+	}
+	msgtest.Walk(t, testCtx(t), locks, tg)
 }

@@ -48,6 +48,9 @@ type Target[Tx any] struct {
 	Prune   func(ctx context.Context, olderThan time.Duration) (int64, error)
 	// Step runs a run's step with no fn.
 	Step func(ctx context.Context, lease guard.Lease, runKey, cursor string) error
+	// Finish finishes a run, and Resume reads it (WalkRefused only).
+	Finish func(ctx context.Context, lease guard.Lease, runKey string) error
+	Resume func(ctx context.Context, lease guard.Lease, runKey string) (cursor string, finished bool, err error)
 	// Write writes one row in tx.
 	Write func(ctx context.Context, tx Tx) error
 	// BadOption builds a store with WithLockTimeout(0).
@@ -121,3 +124,35 @@ type lease struct {
 func (l lease) Name() string   { return l.name }
 func (l lease) Token() int64   { return l.token }
 func (l lease) Holder() string { return l.who }
+
+// Runs are the calls a store's resumable run has (pgfence.Run,
+// sqlfence.Run).
+type Runs[Tx any] interface {
+	Step(ctx context.Context, newCursor string, fn func(ctx context.Context, tx Tx) error) error
+	Finish(ctx context.Context) error
+	Resume(ctx context.Context) (cursor string, finished bool, err error)
+}
+
+// Store is what the stores of this module have besides guard.Store.
+type Store[Tx any, R Runs[Tx]] interface {
+	guard.Store[Tx]
+	Advance(ctx context.Context, lease guard.Lease) error
+	Prune(ctx context.Context, olderThan time.Duration) (int64, error)
+	Run(lease guard.Lease, runKey string) R
+}
+
+// StoreTarget is s as a Target, without Write and BadOption.
+func StoreTarget[Tx any, R Runs[Tx], S Store[Tx, R]](s S) Target[Tx] {
+	return Target[Tx]{
+		Store:   s,
+		Advance: s.Advance,
+		Prune:   s.Prune,
+		Step: func(ctx context.Context, l guard.Lease, key, cursor string) error {
+			return s.Run(l, key).Step(ctx, cursor, nil)
+		},
+		Finish: func(ctx context.Context, l guard.Lease, key string) error { return s.Run(l, key).Finish(ctx) },
+		Resume: func(ctx context.Context, l guard.Lease, key string) (string, bool, error) {
+			return s.Run(l, key).Resume(ctx)
+		},
+	}
+}
