@@ -111,5 +111,9 @@
 // error matching [guard.ErrSchemaMissing], and with an older one
 // [guard.ErrSchemaOutdated] (checked once per Store, on its first call);
 // either names the database and the command to run. Every error message
-// is one line.
+// is one line. A connection the pool cannot make (a wrong password, a
+// missing database, an unreachable server) is reported with the server's
+// answer first, the server, user and database it came from, and the fix;
+// errors.As still finds pgx's *pgconn.ConnectError and the server's
+// *pgconn.PgError.
 package pgfence

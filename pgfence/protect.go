@@ -56,7 +56,7 @@ func (s *Store) Protect(ctx context.Context, table string, opts ...ProtectOption
 			return err
 		}
 	}
-	if err := s.core.CheckSchema(ctx); err != nil {
+	if err := s.core.CheckSchema(ctx, "protect"); err != nil {
 		return err
 	}
 	// DDL takes no parameters: the resource becomes a trigger argument
@@ -67,13 +67,13 @@ func (s *Store) Protect(ctx context.Context, table string, opts ...ProtectOption
 	if cfg.resource != "" {
 		if err := s.db.QueryRow(ctx, "SELECT pg_catalog.format($1, pg_catalog.quote_literal($2::text))",
 			pgx.QueryExecModeExec, ddl, cfg.resource).Scan(&ddl); err != nil {
-			return mapError(err)
+			return mapError(s.core.ConnError("protect", err))
 		}
 	} else {
 		ddl = strings.Replace(ddl, "%s", "", 1)
 	}
 	_, err = s.db.Exec(ctx, ddl)
-	return tableError(table, err)
+	return tableError(table, s.core.ConnError("protect", err))
 }
 
 // ProtectOption configures Protect.
@@ -110,7 +110,7 @@ func (s *Store) Unprotect(ctx context.Context, table string) error {
 		return err
 	}
 	_, err = s.db.Exec(ctx, "DROP TRIGGER IF EXISTS "+triggerName+" ON "+id.Sanitize())
-	return tableError(table, err)
+	return tableError(table, s.core.ConnError("unprotect", err))
 }
 
 func tableError(table string, err error) error {

@@ -78,7 +78,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if err := pgcore.Apply(&s.core.Settings, opts, Option.apply); err != nil {
 		return nil, err
 	}
-	s.core.Driver, s.core.Autocommits, s.prepare = driver{db}, s.autocommits, !s.core.Unprepared
+	s.core.Name, s.core.Driver, s.core.Autocommits, s.prepare = "pgfence", driver{db}, s.autocommits, !s.core.Unprepared
 	s.core.Target = target(db)
 	lockTimeout, idleTimeout := s.core.LockTimeout, s.core.IdleTimeout
 	if lockTimeout > 0 {

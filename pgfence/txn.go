@@ -57,7 +57,7 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 	if err := pgcore.CheckClaim(c); err != nil {
 		return nil, err
 	}
-	if err := s.core.CheckSchema(ctx); err != nil {
+	if err := s.core.CheckSchema(ctx, "begin"); err != nil {
 		return nil, err
 	}
 	v := s.values(c, run)
@@ -75,7 +75,7 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 	case *pgxpool.Pool:
 		pc, aerr := db.Acquire(ctx)
 		if aerr != nil {
-			return nil, mapError(aerr)
+			return nil, mapError(s.core.ConnError("begin", aerr))
 		}
 		t, advErr, err = s.beginOnConn(ctx, pc.Conn(), v, advance, pc.Release)
 	case *pgx.Conn:
@@ -174,12 +174,12 @@ func (s *Store) beginGeneric(ctx context.Context, v claimValues, advance bool) (
 			if isReadOnly(advErr) {
 				return nil, advErr, readOnlyError(ctx, s.db)
 			}
-			return nil, advErr, mapError(advErr)
+			return nil, advErr, mapError(s.core.ConnError("begin", advErr))
 		}
 	}
 	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return nil, nil, mapError(err)
+		return nil, nil, mapError(s.core.ConnError("begin", err))
 	}
 	var row [][]byte
 	rows, err := tx.Query(ctx, s.openSQL, args(v.open, openOIDs)...)

@@ -15,8 +15,11 @@
 // the same errors: a stale token is a *guard.StaleTokenError, an applied
 // key guard.ErrAlreadyApplied, a finished run [guard.ErrRunFinished], a
 // read-only database [guard.ErrReadOnly], whatever the driver (errors are
-// recognised by SQLSTATE). Both stores pass guard's contract suite
-// (package guard/guardtest).
+// recognised by SQLSTATE). A connection the driver cannot make is one
+// line too, with the server's answer first, the server, user and database,
+// and the fix; the driver's errors stay in the chain for errors.As
+// (*pgconn.PgError, lib/pq's *pq.Error). Both stores pass guard's contract
+// suite (package guard/guardtest).
 //
 // # The transaction
 //

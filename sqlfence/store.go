@@ -59,7 +59,8 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if err := pgcore.Apply(&s.core.Settings, opts, Option.apply); err != nil {
 		return nil, err
 	}
-	s.core.Driver = driver{db}
+	s.core.Name, s.core.Driver = "sqlfence", driver{db}
+	s.core.At = func() (pgcore.Target, bool) { return pgcore.SQLTarget(db) }
 	s.literal = literalDriver(db)
 	s.open, s.openColumns = s.openQuery(), 3
 	if s.core.LockTimeout > 0 {
@@ -137,12 +138,12 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 	if err := pgcore.CheckClaim(c); err != nil {
 		return nil, err
 	}
-	if err := s.core.CheckSchema(ctx); err != nil {
+	if err := s.core.CheckSchema(ctx, "begin"); err != nil {
 		return nil, err
 	}
 	if !s.core.Claims.Has(c.Resource, c.Token, c.Holder) {
 		if _, err := s.exec(ctx, s.db, advanceSQL, c.Resource, c.Token, c.Holder); err != nil {
-			return nil, mapError(err)
+			return nil, mapError(s.core.ConnError("begin", err))
 		}
 		s.core.Claims.Add(c.Resource, c.Token, c.Holder)
 	}
@@ -191,7 +192,7 @@ func (s *Store) beginError(ctx context.Context, err error) error {
 	if cerr := context.Cause(ctx); cerr != nil && !isPostgres(err) {
 		return fmt.Errorf("sqlfence: begin: %w", cerr)
 	}
-	return mapError(err)
+	return mapError(s.core.ConnError("begin", err))
 }
 
 // closeArgs are the arguments $1..$7 of closeSQL.

@@ -74,15 +74,9 @@ func Refusals(t *testing.T, db *testenv.DB, sslmode string) []Refusal {
 	}
 	user := base.User.Username()
 	missing := db.Name + "_missing"
-	return []Refusal{{
-		Name:  "wrong password",
-		URL:   with(func(u *url.URL) { u.User = url.UserPassword(pwUser, "wrong-password") }),
-		Cause: `password authentication failed for user "` + pwUser + `" (SQLSTATE 28P01)`,
-		Once:  "password authentication failed",
-		Names: names(pwUser, db.Name),
-		Fix:   "check the user and password in the connection URL (or PGUSER, PGPASSWORD)",
-		Code:  "28P01",
-	}, {
+	wrong := WrongPassword(addr, pwUser, db.Name)
+	wrong.URL = with(func(u *url.URL) { u.User = url.UserPassword(pwUser, "wrong-password") })
+	return []Refusal{wrong, {
 		Name:  "dead port",
 		URL:   with(func(u *url.URL) { u.Host = deadAddr }),
 		Cause: "cannot reach Postgres at " + deadAddr,
@@ -106,6 +100,19 @@ func Refusals(t *testing.T, db *testenv.DB, sslmode string) []Refusal {
 		Fix:   `use fewer connections as this role (a smaller pool), or lift its limit: ALTER ROLE "` + limited + `" CONNECTION LIMIT -1`,
 		Code:  "53300",
 	}}
+}
+
+// WrongPassword is the Refusal of a wrong password for user, at addr
+// (host:port), database; its URL is left empty.
+func WrongPassword(addr, user, database string) Refusal {
+	return Refusal{
+		Name:  "wrong password",
+		Cause: `password authentication failed for user "` + user + `" (SQLSTATE 28P01)`,
+		Once:  "password authentication failed",
+		Names: []string{"Postgres at " + addr, `user "` + user + `"`, `database "` + database + `"`},
+		Fix:   "check the user and password in the connection URL (or PGUSER, PGPASSWORD)",
+		Code:  "28P01",
+	}
 }
 
 // CheckRefusal fails t unless err, which what returned over r's

@@ -21,33 +21,23 @@ const (
 	CannotConnectNow   = "57P03" // cannot_connect_now (starting up, shutting down, recovering)
 )
 
-// Server is the Postgres server a connection was for, as a message names
-// it.
-type Server struct {
-	// Host is a name or an address, or the directory of a Unix socket.
-	Host string
-	Port uint16
-	User string
-	// Database is the database's name; "" is the user's, as Postgres
-	// takes it.
-	Database string
-}
-
-// Addr is host:port, or the path of the Unix socket.
-func (s Server) Addr() string {
-	port := strconv.Itoa(int(s.Port))
-	if strings.HasPrefix(s.Host, "/") {
-		return filepath.Join(s.Host, ".s.PGSQL."+port)
+// Addr is t's host:port, or the path of its Unix socket.
+func (t Target) Addr() string {
+	port := strconv.Itoa(int(t.Port))
+	if strings.HasPrefix(t.Host, "/") {
+		return filepath.Join(t.Host, ".s.PGSQL."+port)
 	}
-	return net.JoinHostPort(s.Host, port)
+	return net.JoinHostPort(t.Host, port)
 }
 
-func (s Server) String() string {
-	db := s.Database
+// Where is t as a message names the server a connection was for. An
+// empty Database is the user's, as Postgres takes it.
+func (t Target) Where() string {
+	db := t.Database
 	if db == "" {
-		db = s.User
+		db = t.User
 	}
-	return fmt.Sprintf("Postgres at %s as user %q, database %q", s.Addr(), s.User, db)
+	return fmt.Sprintf("Postgres at %s as user %q, database %q", t.Addr(), t.User, db)
 }
 
 // connectError is a failed connection to Postgres, in one line: the
@@ -83,24 +73,24 @@ func ConnError(prefix, op string, err error) error { return connError(prefix, op
 // *net.OpError, and no *pgconn.ConnectError): such an error is recognised
 // by the refusal's SQLSTATE, or a dial error, and at, when not nil, says
 // where the connection was for (false: unknown).
-func ConnErrorAt(prefix, op string, err error, at func() (Server, bool)) error {
+func ConnErrorAt(prefix, op string, err error, at func() (Target, bool)) error {
 	return connError(prefix, op, err, at)
 }
 
-func connError(prefix, op string, err error, at func() (Server, bool)) error {
+func connError(prefix, op string, err error, at func() (Target, bool)) error {
 	var done *connectError
 	if err == nil || errors.As(err, &done) {
 		return err
 	}
 	var (
-		srv   Server
+		srv   Target
 		known bool
 		ce    *pgconn.ConnectError
 	)
 	switch {
 	case errors.As(err, &ce):
 		if c := ce.Config; c != nil {
-			srv, known = Server{Host: c.Host, Port: c.Port, User: c.User, Database: c.Database}, true
+			srv, known = Target{Host: c.Host, Port: c.Port, User: c.User, Database: c.Database}, true
 		}
 	case !refusal(err):
 		return err
@@ -109,7 +99,7 @@ func connError(prefix, op string, err error, at func() (Server, bool)) error {
 	}
 	where := "Postgres"
 	if known {
-		where = srv.String()
+		where = srv.Where()
 	}
 	var (
 		opErr *net.OpError
@@ -151,7 +141,7 @@ func refusal(err error) bool {
 // for srv (known: srv is set), or "" when there is nothing to say. The
 // role or database a statement of the fix names is the one the server's
 // answer names, else the connection's.
-func refusalFix(e Error, srv Server, known bool) string {
+func refusalFix(e Error, srv Target, known bool) string {
 	user, db := "<user>", "<database>"
 	if known {
 		user, db = ident(srv.User), ident(srv.Database)

@@ -129,7 +129,7 @@ func TestConnErrorLeavesOtherErrors(t *testing.T) {
 		sql.ErrConnDone,
 	} {
 		assert.Equal(t, err, pgcore.ConnError("store", "op", err))
-		assert.Equal(t, err, pgcore.ConnErrorAt("store", "op", err, func() (pgcore.Server, bool) { return pgcore.Server{}, true }))
+		assert.Equal(t, err, pgcore.ConnErrorAt("store", "op", err, func() (pgcore.Target, bool) { return pgcore.Target{}, true }))
 	}
 }
 
@@ -137,8 +137,8 @@ func TestConnErrorLeavesOtherErrors(t *testing.T) {
 // its server error type, or the dial's *net.OpError) gets the same
 // message, with where At says, or without it when unknown.
 func TestConnErrorAtOtherDriver(t *testing.T) {
-	srv := pgcore.Server{Host: "db.internal", Port: 6432, User: "app"}
-	at := func() (pgcore.Server, bool) { return srv, true }
+	srv := pgcore.Target{Host: "db.internal", Port: 6432, User: "app"}
+	at := func() (pgcore.Target, bool) { return srv, true }
 	refused := &otherDriverError{Code: "28P01", Message: `password authentication failed for user "app"`}
 	assert.Equal(t, `s: begin: password authentication failed for user "app" (SQLSTATE 28P01), from Postgres at db.internal:6432 as user "app", database "app": check the user and password in the connection URL (or PGUSER, PGPASSWORD)`,
 		pgcore.ConnErrorAt("s", "begin", refused, at).Error())
@@ -154,6 +154,6 @@ func TestConnErrorAtOtherDriver(t *testing.T) {
 	assert.Equal(t, `s: begin: cannot reach Postgres at db.internal:6432 as user "app", database "app": dial tcp 10.0.0.9:6432: connection refused: check the host and port in the connection URL (or PGHOST, PGPORT), and that Postgres runs there and accepts TCP connections from this host`, got.Error())
 	assert.ErrorIs(t, got, syscall.ECONNREFUSED)
 
-	socket := pgcore.Server{Host: "/var/run/postgresql", Port: 5432, User: "app", Database: "shop"}
-	assert.Equal(t, `Postgres at /var/run/postgresql/.s.PGSQL.5432 as user "app", database "shop"`, socket.String())
+	socket := pgcore.Target{Host: "/var/run/postgresql", Port: 5432, User: "app", Database: "shop"}
+	assert.Equal(t, `Postgres at /var/run/postgresql/.s.PGSQL.5432 as user "app", database "shop"`, socket.Where())
 }

@@ -23,6 +23,11 @@ type Driver interface {
 // Core is what a Store is made of besides its driver's transactions.
 type Core struct {
 	Settings
+	// Name is the store's package, the prefix of its messages.
+	Name string
+	// At says where Driver connects, for a driver whose errors do not say
+	// it (see ConnErrorAt); nil when they do.
+	At     func() (Target, bool)
 	Driver Driver
 	// Claims lets a transaction skip advance when this Store has already
 	// seen its claim stored.
@@ -60,11 +65,11 @@ func (c *Core) Advance(ctx context.Context, lease guard.Lease) (err error) {
 	if err := CheckClaim(cl); err != nil {
 		return err
 	}
-	if err := c.CheckSchema(ctx); err != nil {
+	if err := c.CheckSchema(ctx, "advance"); err != nil {
 		return err
 	}
 	if err := c.Driver.Exec(ctx, "SELECT fencelock.claim($1, $2, $3)", cl.Resource, cl.Token, cl.Holder); err != nil {
-		err = c.MapError(ctx, err)
+		err = c.MapError(ctx, c.ConnError("advance", err))
 		if lerr := guard.LeaseLost(lease, err); lerr != nil {
 			return lerr
 		}
@@ -107,15 +112,19 @@ func (c *Core) Prune(ctx context.Context, olderThan time.Duration) (int64, error
 	if olderThan < 0 {
 		return 0, fmt.Errorf("%w: Prune: negative age %v: pass how old an applied key or a finished run must be to go, e.g. 30*24*time.Hour", guard.ErrInvalidInput, olderThan)
 	}
-	if err := c.CheckSchema(ctx); err != nil {
+	if err := c.CheckSchema(ctx, "prune"); err != nil {
 		return 0, err
 	}
 	var n int64
 	if _, err := c.Driver.QueryRow(ctx, "SELECT fencelock.prune($1 * interval '1 microsecond')", []any{olderThan.Microseconds()}, &n); err != nil {
-		return 0, c.MapError(ctx, err)
+		return 0, c.MapError(ctx, c.ConnError("prune", err))
 	}
 	return n, nil
 }
+
+// ConnError is ConnError with the Store's name and At: a failed
+// connection under op's err, in one line.
+func (c *Core) ConnError(op string, err error) error { return ConnErrorAt(c.Name, op, err, c.At) }
 
 // MapError is Map, except that a write refused as read-only asks the
 // server why (one more round trip, on that failure path only), to name the

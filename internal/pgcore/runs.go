@@ -89,13 +89,13 @@ func (r Run[Tx]) Resume(ctx context.Context) (cursor string, finished bool, err 
 	if err != nil {
 		return "", false, err
 	}
-	if err := r.core.CheckSchema(ctx); err != nil {
+	if err := r.core.CheckSchema(ctx, "resume"); err != nil {
 		return "", false, err
 	}
 	found, err := r.core.Driver.QueryRow(ctx, "SELECT cursor, finished FROM fencelock.run_state($1, $2)",
 		[]any{c.Resource, r.key}, &cursor, &finished)
 	if err != nil {
-		return "", false, Map(err)
+		return "", false, Map(r.core.ConnError("resume", err))
 	}
 	if !found {
 		return "", false, nil

@@ -86,13 +86,15 @@ type schemaChecked struct{ ok atomic.Bool }
 // The first success is remembered: a Store pays one round trip for it,
 // once; a failure is asked again on the next call, so that the Store works
 // as soon as the schema is migrated. Concurrent first calls may each ask.
-func (c *Core) CheckSchema(ctx context.Context) error {
+// It is the first thing a Store's calls send, so a failed connection is
+// reported here, as ConnError words it for op.
+func (c *Core) CheckSchema(ctx context.Context, op string) error {
 	if c.schema.ok.Load() {
 		return nil
 	}
 	var s Schema
 	if _, err := c.Driver.QueryRow(ctx, SchemaSQL, nil, s.Dest()...); err != nil {
-		return Map(err)
+		return Map(c.ConnError(op, err))
 	}
 	if err := s.Err(c.Target); err != nil {
 		return err

@@ -17,37 +17,37 @@ import (
 // with sql.Open("postgres", dsn); with sql.OpenDB the message names the
 // address the dial names, if any).
 func SQLConnError(prefix, op string, db *sql.DB, err error) error {
-	return ConnErrorAt(prefix, op, err, func() (Server, bool) { return SQLServer(db) })
+	return ConnErrorAt(prefix, op, err, func() (Target, bool) { return SQLTarget(db) })
 }
 
-// SQLServer is where lib/pq connects db, read from the connection string
+// SQLTarget is where lib/pq connects db, read from the connection string
 // db was opened with (sql.Open("postgres", dsn)); false for another
 // driver, or a db opened with sql.OpenDB. database/sql keeps that string
 // unexported (DB.connector, a dsnConnector with a dsn field): it is read,
 // never written, and a database/sql without those fields only costs the
 // message the server's name.
-func SQLServer(db *sql.DB) (Server, bool) {
+func SQLTarget(db *sql.DB) (Target, bool) {
 	if db == nil || reflect.TypeOf(db.Driver()).String() != "*pq.Driver" {
-		return Server{}, false
+		return Target{}, false
 	}
 	c := reflect.ValueOf(db).Elem().FieldByName("connector")
 	if c.Kind() != reflect.Interface || c.IsNil() {
-		return Server{}, false
+		return Target{}, false
 	}
 	if c = c.Elem(); c.Kind() != reflect.Struct {
-		return Server{}, false
+		return Target{}, false
 	}
 	dsn := c.FieldByName("dsn")
 	if dsn.Kind() != reflect.String {
-		return Server{}, false
+		return Target{}, false
 	}
-	return libpqServer(dsn.String(), os.Getenv)
+	return libpqTarget(dsn.String(), os.Getenv)
 }
 
-// libpqServer is where lib/pq connects with dsn (a postgres:// URL or
+// libpqTarget is where lib/pq connects with dsn (a postgres:// URL or
 // key=value pairs): what dsn says, else the PG* environment variables,
 // else localhost:5432 as the operating system's user.
-func libpqServer(dsn string, getenv func(string) string) (Server, bool) {
+func libpqTarget(dsn string, getenv func(string) string) (Target, bool) {
 	o := map[string]string{"host": "localhost", "port": "5432"}
 	for k, env := range map[string]string{"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "dbname": "PGDATABASE"} {
 		if v := getenv(env); v != "" {
@@ -61,7 +61,7 @@ func libpqServer(dsn string, getenv func(string) string) (Server, bool) {
 		ok = keyValues(dsn, o)
 	}
 	if !ok {
-		return Server{}, false
+		return Target{}, false
 	}
 	if o["user"] == "" {
 		if u, err := user.Current(); err == nil {
@@ -72,9 +72,9 @@ func libpqServer(dsn string, getenv func(string) string) (Server, bool) {
 	}
 	port, err := strconv.ParseUint(o["port"], 10, 16)
 	if err != nil {
-		return Server{}, false
+		return Target{}, false
 	}
-	return Server{Host: o["host"], Port: uint16(port), User: o["user"], Database: o["dbname"]}, true
+	return Target{Host: o["host"], Port: uint16(port), User: o["user"], Database: o["dbname"]}, true
 }
 
 // urlSettings puts the settings of a postgres:// URL into o.

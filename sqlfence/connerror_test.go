@@ -1,0 +1,69 @@
+package sqlfence_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/msgtest"
+	"github.com/fencelock/fencelock/sqlfence"
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// A connection database/sql cannot make through pgx's driver (a wrong
+// password, a dead port, a missing database, a role over its connection
+// limit) fails every call that connects with one line: sqlfence's prefix
+// and the step, the server's answer (not pgx's attempt per sslmode),
+// where it connected, and the fix; errors.As still finds pgx's errors.
+// (lib/pq: examples/sqlx-gorm, whose module has it.)
+func TestConnRefusedMessages(t *testing.T) {
+	db := testenv.NewDB(t)
+	ctx := testCtx(t)
+	for _, r := range msgtest.Refusals(t, db, "prefer") {
+		t.Run(r.Name, func(t *testing.T) {
+			s := newStore(t, openDB(t, "pgx", r.URL))
+			msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[*sql.Tx, *sqlfence.Run](s), "sqlfence", r)
+
+			_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, *sql.Tx) error { return nil })
+			var ce *pgconn.ConnectError
+			if !errors.As(err, &ce) {
+				t.Errorf("errors.As finds no *pgconn.ConnectError in %v", err)
+			}
+			var pgErr *pgconn.PgError
+			if got := errors.As(err, &pgErr); got != (r.Code != "") || got && pgErr.Code != r.Code {
+				t.Errorf("errors.As(*pgconn.PgError) = %v (%v), want SQLSTATE %q", got, pgErr, r.Code)
+			}
+		})
+	}
+}
+
+// The password changes while a Store runs: its schema is checked and its
+// claim seen stored, so each call's own connection (BeginTx, Advance's and
+// Prune's statement) is what the server refuses, and the message is the
+// same as at the first call.
+func TestConnRefusedAfterPasswordChange(t *testing.T) {
+	tdb, _ := newDB(t)
+	user, url := tdb.NewPasswordUser(t, "old-password")
+	_, err := tdb.Pool.Exec(testCtx(t), "GRANT USAGE ON SCHEMA fencelock TO "+user+"; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO "+user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	db := openDB(t, "pgx", url)
+	db.SetMaxIdleConns(0) // every call connects
+	s := newStore(t, db)
+	noop := func(context.Context, *sql.Tx) error { return nil }
+	if _, err := guard.Exec(ctx, s, lease{"rotate", 1, "a"}, noop); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tdb.Pool.Exec(ctx, "ALTER ROLE "+user+" PASSWORD 'new-password'"); err != nil {
+		t.Fatal(err)
+	}
+	r := msgtest.WrongPassword(tdb.Server.Addr, user, tdb.Name)
+	_, err = guard.Exec(ctx, s, lease{"rotate", 1, "a"}, noop)
+	msgtest.CheckRefusal(t, "Exec", err, "sqlfence: begin: ", r)
+	msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[*sql.Tx, *sqlfence.Run](s), "sqlfence", r)
+}
