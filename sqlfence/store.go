@@ -60,7 +60,6 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.core.Name, s.core.Driver = "sqlfence", driver{db}
-	s.core.At = func() (pgcore.Target, bool) { return pgcore.SQLTarget(db) }
 	s.literal = literalDriver(db)
 	s.open, s.openColumns = s.openQuery(), 3
 	if s.core.LockTimeout > 0 {

@@ -23,6 +23,7 @@ func TestConnRefusedMessagesLibPQ(t *testing.T) {
 	db := testenv.NewDB(t)
 	ctx := testCtx(t)
 	for _, r := range msgtest.Refusals(t, db, "disable") {
+		r := r.Unaddressed()
 		t.Run(r.Name, func(t *testing.T) {
 			s, err := sqlfence.New(openDB(t, "postgres", r.URL))
 			if err != nil {

@@ -182,3 +182,13 @@ func WalkRefused[Tx any](t *testing.T, ctx context.Context, tg Target[Tx], store
 	_, err = tg.Prune(ctx, 0)
 	CheckRefusal(t, "Prune", err, store+": prune: ", r)
 }
+
+// Unaddressed is r as a store words it over a driver whose errors do not
+// say which server they came from (lib/pq): no server, user or database
+// beyond what the server's answer names, and a refused dial named by the
+// dial's own address.
+func (r Refusal) Unaddressed() Refusal {
+	r.Names = nil
+	r.Cause = strings.Replace(r.Cause, "cannot reach Postgres at ", "cannot reach Postgres: dial tcp ", 1)
+	return r
+}

@@ -57,8 +57,13 @@ func (e *connectError) Error() string { return e.msg }
 func (e *connectError) Unwrap() error { return e.err }
 
 // ConnError rewrites err in one line when a connection to Postgres failed
-// under it (a *pgconn.ConnectError in its chain: pgx, pgxpool, pgx's
-// database/sql driver); any other error, and nil, is returned as it is.
+// under it: a *pgconn.ConnectError in its chain (pgx, pgxpool, pgx's
+// database/sql driver), which says where the connection was for; or, from
+// a driver with errors of its own (lib/pq), the server's refusal (by its
+// SQLSTATE) or the dial's *net.OpError, which do not say it (the message
+// then names no server: the dial error has the address, the server's
+// answer the user or database it refused). Any other error, and nil, is
+// returned as it is.
 // The message starts with prefix and op ("pgfence: begin: "), then the
 // cause: the server's answer with its SQLSTATE and the server, user and
 // database it came from; or "cannot reach" the server, user and database,
@@ -66,18 +71,7 @@ func (e *connectError) Unwrap() error { return e.err }
 // missing user (28P01, 28000), a missing database (3D000), too many
 // connections (53300), a server not accepting connections (57P03) and an
 // unreachable server.
-func ConnError(prefix, op string, err error) error { return connError(prefix, op, err, nil) }
-
-// ConnErrorAt is ConnError for drivers that report a failed connection
-// with errors of their own (lib/pq: the server's refusal, or the dial's
-// *net.OpError, and no *pgconn.ConnectError): such an error is recognised
-// by the refusal's SQLSTATE, or a dial error, and at, when not nil, says
-// where the connection was for (false: unknown).
-func ConnErrorAt(prefix, op string, err error, at func() (Target, bool)) error {
-	return connError(prefix, op, err, at)
-}
-
-func connError(prefix, op string, err error, at func() (Target, bool)) error {
+func ConnError(prefix, op string, err error) error {
 	var done *connectError
 	if err == nil || errors.As(err, &done) {
 		return err
@@ -94,8 +88,6 @@ func connError(prefix, op string, err error, at func() (Target, bool)) error {
 		}
 	case !refusal(err):
 		return err
-	case at != nil:
-		srv, known = at()
 	}
 	where := "Postgres"
 	if known {

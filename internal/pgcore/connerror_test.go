@@ -129,29 +129,25 @@ func TestConnErrorLeavesOtherErrors(t *testing.T) {
 		sql.ErrConnDone,
 	} {
 		assert.Equal(t, err, pgcore.ConnError("store", "op", err))
-		assert.Equal(t, err, pgcore.ConnErrorAt("store", "op", err, func() (pgcore.Target, bool) { return pgcore.Target{}, true }))
 	}
 }
 
 // A driver that reports a refused connection with its own errors (lib/pq:
 // its server error type, or the dial's *net.OpError) gets the same
-// message, with where At says, or without it when unknown.
-func TestConnErrorAtOtherDriver(t *testing.T) {
-	srv := pgcore.Target{Host: "db.internal", Port: 6432, User: "app"}
-	at := func() (pgcore.Target, bool) { return srv, true }
+// message without the server, which such errors do not carry: the dial
+// error names the address, the server's answer the user or database.
+func TestConnErrorOtherDriver(t *testing.T) {
 	refused := &otherDriverError{Code: "28P01", Message: `password authentication failed for user "app"`}
-	assert.Equal(t, `s: begin: password authentication failed for user "app" (SQLSTATE 28P01), from Postgres at db.internal:6432 as user "app", database "app": check the user and password in the connection URL (or PGUSER, PGPASSWORD)`,
-		pgcore.ConnErrorAt("s", "begin", refused, at).Error())
 	assert.Equal(t, `s: begin: password authentication failed for user "app" (SQLSTATE 28P01): check the user and password in the connection URL (or PGUSER, PGPASSWORD)`,
-		pgcore.ConnErrorAt("s", "begin", refused, nil).Error())
+		pgcore.ConnError("s", "begin", refused).Error())
 
 	missing := &otherDriverError{Code: "3D000", Message: `database "shop" does not exist`}
 	assert.Equal(t, `s: begin: database "shop" does not exist (SQLSTATE 3D000): create the database (CREATE DATABASE "shop"), or name one that exists in the connection URL`,
-		pgcore.ConnErrorAt("s", "begin", missing, nil).Error())
+		pgcore.ConnError("s", "begin", missing).Error())
 
 	dial := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 6432}, Err: syscall.ECONNREFUSED}
-	got := pgcore.ConnErrorAt("s", "begin", dial, at)
-	assert.Equal(t, `s: begin: cannot reach Postgres at db.internal:6432 as user "app", database "app": dial tcp 10.0.0.9:6432: connection refused: check the host and port in the connection URL (or PGHOST, PGPORT), and that Postgres runs there and accepts TCP connections from this host`, got.Error())
+	got := pgcore.ConnError("s", "begin", dial)
+	assert.Equal(t, `s: begin: cannot reach Postgres: dial tcp 10.0.0.9:6432: connection refused: check the host and port in the connection URL (or PGHOST, PGPORT), and that Postgres runs there and accepts TCP connections from this host`, got.Error())
 	assert.ErrorIs(t, got, syscall.ECONNREFUSED)
 
 	socket := pgcore.Target{Host: "/var/run/postgresql", Port: 5432, User: "app", Database: "shop"}

@@ -24,10 +24,7 @@ type Driver interface {
 type Core struct {
 	Settings
 	// Name is the store's package, the prefix of its messages.
-	Name string
-	// At says where Driver connects, for a driver whose errors do not say
-	// it (see ConnErrorAt); nil when they do.
-	At     func() (Target, bool)
+	Name   string
 	Driver Driver
 	// Claims lets a transaction skip advance when this Store has already
 	// seen its claim stored.
@@ -122,9 +119,9 @@ func (c *Core) Prune(ctx context.Context, olderThan time.Duration) (int64, error
 	return n, nil
 }
 
-// ConnError is ConnError with the Store's name and At: a failed
-// connection under op's err, in one line.
-func (c *Core) ConnError(op string, err error) error { return ConnErrorAt(c.Name, op, err, c.At) }
+// ConnError is ConnError with the Store's name: a failed connection under
+// op's err, in one line.
+func (c *Core) ConnError(op string, err error) error { return ConnError(c.Name, op, err) }
 
 // MapError is Map, except that a write refused as read-only asks the
 // server why (one more round trip, on that failure path only), to name the
