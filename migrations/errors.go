@@ -3,12 +3,9 @@ package migrations
 import (
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 
-	"github.com/fencelock/fencelock/internal/oneline"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/fencelock/fencelock/internal/pgcore"
 )
 
 // ErrNilDB is returned by Up, Down and Status when db is nil.
@@ -79,47 +76,6 @@ func (e *ProtectedError) Error() string {
 // Unwrap returns ErrProtected.
 func (e *ProtectedError) Unwrap() error { return ErrProtected }
 
-// connectError is a failed connection to Postgres, in one line: the
-// server's answer (or the network's) first and once, then where it came
-// from. pgx's own message holds a line per attempt (sslmode=prefer tries
-// TLS first, and a server without TLS refuses it), which names the
-// refused TLS before the real cause. errors.As still finds
-// *pgconn.ConnectError and the server's *pgconn.PgError.
-type connectError struct {
-	msg string
-	err error
-}
-
-func (e *connectError) Error() string { return e.msg }
-func (e *connectError) Unwrap() error { return e.err }
-
-// connError rewrites err when a connection to Postgres failed under it;
-// any other error is returned as it is.
-func connError(op string, err error) error {
-	var ce *pgconn.ConnectError
-	if err == nil || !errors.As(err, &ce) {
-		return err
-	}
-	where := "Postgres"
-	if c := ce.Config; c != nil {
-		where = fmt.Sprintf("Postgres at %s as user %q, database %q", net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))), c.User, c.Database)
-	}
-	var pgErr *pgconn.PgError
-	var opErr *net.OpError
-	var msg string
-	switch {
-	case errors.As(err, &pgErr):
-		msg = fmt.Sprintf("migrations: %s: %s (SQLSTATE %s), from %s", op, pgErr.Message, pgErr.Code, where)
-		switch pgErr.Code {
-		case "28P01", "28000":
-			msg += ": check the user and password in the connection URL (or PGUSER, PGPASSWORD)"
-		case "3D000":
-			msg += ": create the database, or name one that exists in the connection URL"
-		}
-	case errors.As(err, &opErr):
-		msg = fmt.Sprintf("migrations: %s: cannot reach %s: %s", op, where, opErr.Error())
-	default:
-		msg = fmt.Sprintf("migrations: %s: cannot connect to %s: %s", op, where, oneline.Fold(ce.Unwrap().Error()))
-	}
-	return &connectError{msg: msg, err: err}
-}
+// connError rewrites err in one line when a connection to Postgres failed
+// under it, as the stores do; any other error is returned as it is.
+func connError(op string, err error) error { return pgcore.ConnError("migrations", op, err) }
