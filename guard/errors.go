@@ -98,11 +98,12 @@ var (
 	ErrNotClaimed = errors.New("guard: write to a protected table without a fence claim")
 
 	// ErrFenceBusy is returned (with the stores' WithLockTimeout) when
-	// the fence row stayed locked by another open transaction longer than
+	// the resource's fence lock (its transaction-level advisory lock, and
+	// its fence row) stayed held by another open transaction longer than
 	// the lock timeout: typically a previous holder paused after writing
 	// to a table protected with Protect (a guarded transaction otherwise
-	// locks the row only while it commits).
-	ErrFenceBusy = errors.New("guard: fence row locked by another transaction beyond the lock timeout")
+	// holds the fence lock only while it commits).
+	ErrFenceBusy = errors.New("guard: the resource's fence lock is held by another transaction beyond the lock timeout")
 
 	// ErrNilDB is returned by the stores' New for a nil database handle.
 	ErrNilDB = errors.New("guard: nil DB")

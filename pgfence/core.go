@@ -27,10 +27,10 @@ type option func(*pgcore.Settings) error
 func (o option) apply(s *pgcore.Settings) error { return o(s) }
 
 // WithLockTimeout bounds how long a guarded transaction waits for a lock:
-// the claim at commit waiting for the fence row (held only by commits in
-// flight, by Advance, and by transactions that wrote to a table protected
-// with Protect, such as a previous holder frozen after such a write), and
-// the writes of fn. Past d the wait fails, for the fence row with
+// the claim at commit waiting for the resource's fence lock (held only by
+// commits in flight, by Advance, and by transactions that wrote to a table
+// protected with Protect, such as a previous holder frozen after such a
+// write), and the writes of fn. Past d the wait fails, for the fence lock with
 // guard.ErrFenceBusy, instead of lasting until the other transaction ends;
 // the transaction is rolled back. It is set for the transaction only
 // (set_config(..., true)) in the round trip of BEGIN. d must be at least a
@@ -41,10 +41,10 @@ func WithLockTimeout(d time.Duration) Option { return option(pgcore.WithLockTime
 // WithIdleTimeout makes Postgres end a guarded transaction's session when
 // the transaction sits idle (no statement from the client) for longer than
 // d: idle_in_transaction_session_timeout, set for the transaction only in
-// the round trip of BEGIN. A guarded transaction takes the fence row lock
+// the round trip of BEGIN. A guarded transaction takes the fence lock
 // only in its commit, so a holder frozen in the middle of it (SIGSTOP, VM
 // freeze, partition) blocks no one, except after writing to a table
-// protected with Protect: the protect trigger locks the fence row until
+// protected with Protect: the protect trigger holds the fence lock until
 // the transaction ends, and the next holder's claim waits for it. With
 // this option the database rolls such a frozen transaction back after d
 // (and frees its connection and row locks). Pick d above the longest pause

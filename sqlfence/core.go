@@ -27,9 +27,10 @@ type option func(*pgcore.Settings) error
 func (o option) apply(s *pgcore.Settings) error { return o(s) }
 
 // WithLockTimeout bounds how long a guarded transaction waits for a lock:
-// the fence row at commit (held only by commits in flight, by Advance, and
-// by transactions that wrote to a table protected with pgfence's Protect)
-// and the writes of fn. Past d the wait fails, for the fence row with
+// the resource's fence lock at commit (held only by commits in flight, by
+// Advance, and by transactions that wrote to a table protected with
+// pgfence's Protect) and the writes of fn. Past d the wait fails, for the
+// fence lock with
 // guard.ErrFenceBusy, and the transaction is rolled back. It is set for
 // the transaction only (lock_timeout, set_config local) in the statement
 // that checks the claim at begin, so it costs no round trip. d must be at
