@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -172,22 +174,19 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// ready checks once that the database has the outbox and the relay may
-// use it, waiting through errors that are not about that.
+// ready checks once that the database has the schema this fencelock
+// needs (read from the catalog, as the stores check it: the same error,
+// matching guard.ErrSchemaMissing, with the same fix) and that the relay
+// may use the outbox, waiting through errors that are not about that.
 func (r *Relay) ready(ctx context.Context) error {
 	var wait time.Duration
 	for failures := 1; ; failures++ {
-		var version int64
-		var can bool
-		err := r.queryRow(ctx, `SELECT fencelock.schema_version(), has_function_privilege('fencelock.outbox_claim(bigint, integer, interval, text)', 'EXECUTE')`).
-			Scan(&version, &can)
+		err := r.checkSchema(ctx)
 		switch {
-		case err == nil && version < 3:
-			return fmt.Errorf("outbox: the fencelock schema is at version %d and the outbox needs 3: run migrations.Up(ctx, db), or: fencectl migrate up --db URL", version)
-		case err == nil && !can:
-			return errors.New("outbox: the relay's role may not execute the outbox functions: GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO <role>")
 		case err == nil:
 			return nil
+		case errors.Is(err, guard.ErrSchemaMissing), errors.As(err, new(*grantError)):
+			return err
 		case fatal(err):
 			return fmt.Errorf("outbox: the database cannot serve a relay: %w", describe(err))
 		case ctx.Err() != nil:
@@ -202,6 +201,37 @@ func (r *Relay) ready(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// grantError: the relay's role may not execute the outbox functions.
+type grantError struct{ msg string }
+
+func (e *grantError) Error() string { return e.msg }
+
+// checkSchema is one look at the schema and the relay's grant: nil, an
+// error matching guard.ErrSchemaMissing, a *grantError, or the database's
+// error.
+func (r *Relay) checkSchema(ctx context.Context) error {
+	var s pgcore.Schema
+	if err := r.queryRow(ctx, pgcore.SchemaSQL).Scan(s.Dest()...); err != nil {
+		return err
+	}
+	if err := s.Err(pgcore.PgxTarget(r.db)); err != nil {
+		return err
+	}
+	var can bool
+	if err := r.queryRow(ctx, `SELECT has_function_privilege('fencelock.outbox_claim(bigint, integer, interval, text)', 'EXECUTE')`).Scan(&can); err != nil {
+		return err
+	}
+	if !can {
+		owner := "the schema's owner"
+		if s.Owner.Valid {
+			owner = fmt.Sprintf("the schema's owner, role %q", s.Owner.String)
+		}
+		return &grantError{fmt.Sprintf("outbox: role %q may not execute the outbox functions: as %s, GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %s",
+			s.User, owner, pgx.Identifier{s.User}.Sanitize())}
+	}
+	return nil
 }
 
 // fatal reports errors a relay cannot wait through.

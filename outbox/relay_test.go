@@ -2,17 +2,19 @@ package outbox_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/outbox"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -274,24 +276,52 @@ func TestNewRelayBadInput(t *testing.T) {
 	assert.Equal(t, want, r.MaxRedeliveryDelay())
 }
 
-// A database without the outbox migration: Run says so at once, with the
-// fix.
+// A database whose schema is older than this fencelock, one without the
+// schema, and a role without EXECUTE on the outbox's functions: Run says
+// so at once, with the stores' error (errors.Is guard.ErrSchemaMissing)
+// and a fix that names the database or the role.
 func TestRelayNeedsSchema(t *testing.T) {
 	db := newDB(t)
 	ctx := ctxT(t)
-	_, err := db.Pool.Exec(ctx, `CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sql AS $$ SELECT 2::bigint $$`)
+	noop := outbox.SenderFunc(func(context.Context, outbox.Delivery) error { return nil })
+
+	// A role with USAGE on the schema and no EXECUTE grant.
+	role := "fl_relay_nogrant_" + strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 36)
+	for _, q := range []string{`CREATE ROLE ` + role + ` LOGIN NOSUPERUSER NOINHERIT`, `GRANT USAGE ON SCHEMA fencelock TO ` + role} {
+		_, err := db.Pool.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	u, err := url.Parse(db.URL)
 	require.NoError(t, err)
-	r, err := outbox.NewRelay(db.Pool, outbox.SenderFunc(func(context.Context, outbox.Delivery) error { return nil }), outbox.WithLogger(quiet))
+	owner := u.User.Username()
+	u.User = url.User(role)
+	app, err := pgxpool.New(ctx, u.String())
+	require.NoError(t, err)
+	t.Cleanup(app.Close)
+	r, err := outbox.NewRelay(app, noop, outbox.WithLogger(quiet))
 	require.NoError(t, err)
 	err = r.Run(ctx)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "version 2 and the outbox needs 3: run migrations.Up")
+	assert.Equal(t, `outbox: role "`+role+`" may not execute the outbox functions: as the schema's owner, role "`+owner+`", GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO "`+role+`"`, err.Error())
+
+	_, err = db.Pool.Exec(ctx, `CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sql AS $$ SELECT 2::bigint $$`)
+	require.NoError(t, err)
+	r, err = outbox.NewRelay(db.Pool, noop, outbox.WithLogger(quiet))
+	require.NoError(t, err)
+	err = r.Run(ctx)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, guard.ErrSchemaOutdated)
+	assert.Contains(t, err.Error(), "is at version 2 and this fencelock needs")
+	assert.Contains(t, err.Error(), "run migrations.Up(ctx, db) at start-up, or: fencectl migrate up --db 'postgres://")
 
 	_, err = db.Pool.Exec(ctx, `DROP SCHEMA fencelock CASCADE`)
 	require.NoError(t, err)
 	err = r.Run(ctx)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "not installed: run migrations.Up")
-	var pgErr *pgconn.PgError
-	assert.True(t, errors.As(err, &pgErr))
+	assert.ErrorIs(t, err, guard.ErrSchemaMissing)
+	assert.Contains(t, err.Error(), "fencelock schema not installed")
 }

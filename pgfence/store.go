@@ -79,7 +79,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.core.Name, s.core.Driver, s.core.Autocommits, s.prepare = "pgfence", driver{db}, s.autocommits, !s.core.Unprepared
-	s.core.Target = target(db)
+	s.core.Target = pgcore.PgxTarget(db)
 	lockTimeout, idleTimeout := s.core.LockTimeout, s.core.IdleTimeout
 	if lockTimeout > 0 {
 		s.lockTimeoutText = strconv.AppendInt(nil, lockTimeout.Milliseconds(), 10)
@@ -119,22 +119,6 @@ func (s *Store) beginOp(ctx context.Context, c guard.Claim, op pgcore.RunOp) (gu
 		return nil, err
 	}
 	return t, nil
-}
-
-// target is where db's connections go, from pgx's settings (nil for a DB
-// of another kind: the server's view is used).
-func target(db DB) *pgcore.Target {
-	var cfg *pgx.ConnConfig
-	switch db := db.(type) {
-	case *pgxpool.Pool:
-		cfg = db.Config().ConnConfig
-	case *pgx.Conn:
-		cfg = db.Config()
-	default:
-		return nil
-	}
-	return &pgcore.Target{Host: cfg.Host, Port: cfg.Port, User: cfg.User, Database: cfg.Database,
-		Password: cfg.Password != "", NoTLS: cfg.TLSConfig == nil}
 }
 
 // autocommits reports whether a statement s.db.Exec runs outside a

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // SchemaVersion is the fencelock schema the stores' statements need: the
@@ -74,6 +76,22 @@ type Target struct {
 	Password bool
 	// NoTLS: the connection does not try TLS (sslmode=disable).
 	NoTLS bool
+}
+
+// PgxTarget is where db connects when it is a pgx pool or connection, from
+// its configuration; nil for any other db.
+func PgxTarget(db any) *Target {
+	var cfg *pgx.ConnConfig
+	switch db := db.(type) {
+	case *pgxpool.Pool:
+		cfg = db.Config().ConnConfig
+	case *pgx.Conn:
+		cfg = db.Config()
+	default:
+		return nil
+	}
+	return &Target{Host: cfg.Host, Port: cfg.Port, User: cfg.User, Database: cfg.Database,
+		Password: cfg.Password != "", NoTLS: cfg.TLSConfig == nil}
 }
 
 // schemaChecked is set once a Store has found the schema it needs.
