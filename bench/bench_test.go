@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,10 +13,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(waiterProcEnv) != "" {
-		waiterMain() // a waiter process of the headkill scenario
-		return
-	}
+	childMain() // a process of a cross-process scenario: plays its role and exits
 	testenv.Main(m)
 }
 
@@ -45,6 +43,49 @@ func TestHarnessQuick(t *testing.T) {
 	}
 	if len(res.Goals) < 15 {
 		t.Errorf("only %d goals evaluated", len(res.Goals))
+	}
+	// Every row of the fair lock's and the outbox's performance tables is
+	// a goal of the run.
+	for _, want := range []struct{ issue, goal string }{
+		{issueFair, "handoff (2 processes), released as soon as the waiter is queued: median ≤ 2 × PING"},
+		{issueFair, "handoff (2 processes), released at once: ≥ 3× better than today"},
+		{issueFair, "processes × 2 goroutines, 1ms hold: min/max acquisitions per process ≥ 0.9"},
+		{issueFair, "grants out of arrival order = 0"},
+		{issueFair, "contended acquisitions/s ≥ today"},
+		{issueFair, "uncontended acquire+release ≤ 1.05 × today"},
+		{issueFair, "Redis CPU per contended acquisition ≤ 1.3 × today"},
+		{issueFair, "Redis CPU per uncontended acquire+release (4 names) ≤ today"},
+		{issueFair, "queued waiters: ≤ 200 B of Redis memory per waiter"},
+		{issueFair, "queued waiters: a release ≤ 50 µs in SLOWLOG"},
+		{issueFair, "5 waiters SIGKILLed at the head (liveness 500ms): the next live waiter holds within 4 s in total"},
+		{issueOutbox, "commit → Sender called, in-process wake-up: p50 ≤ 1 ms"},
+		{issueOutbox, "commit → Sender called, in-process wake-up: p99 ≤ 5 ms"},
+		{issueOutbox, "commit → Sender called, poll-only: p50 ≤ 60 ms"},
+		{issueOutbox, "guarded transaction + 1 effect ÷ guarded transaction ≤ 1.05, loopback"},
+		{issueOutbox, "guarded transaction + 1 effect ÷ guarded transaction ≤ 1.05, 1 ms proxy"},
+		{issueOutbox, "one relay to a no-op Sender ≥ 5,000 effects/s"},
+		{issueOutbox, "two relays ≥ 1.6 × one"},
+		{issueOutbox, "commit → Sender p50 ≤ ½ of River's"},
+	} {
+		found := false
+		for _, g := range res.Goals {
+			found = found || (g.Issue == want.issue && strings.Contains(g.Goal, want.goal))
+		}
+		if !found {
+			t.Errorf("no goal %q (%s)", want.goal, want.issue)
+		}
+	}
+	// The toy run has no etcd peer: make test needs no etcd server.
+	if res.Placement.EtcdVersion != "" || res.Scenarios["handoff2"].get(etcdName, gapAtOnce) != nil || res.Scenarios["fair"].get(etcdName, "acq_per_s") != nil {
+		t.Error("the quick run used the etcd peer")
+	}
+	// Both handoff variants of fence and today, the floor and its PING.
+	for _, row := range []string{"PING", floorName, "fence", todayName} {
+		for _, m := range []string{gapAtOnce, gapAfterHold} {
+			if f := res.Scenarios["handoff2"].get(row, m); f == nil || f.Median <= 0 {
+				t.Errorf("handoff2: no %s of %s: %+v", m, row, f)
+			}
+		}
 	}
 	for _, g := range res.Goals {
 		if g.Met == nil {

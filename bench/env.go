@@ -27,6 +27,9 @@ type placement struct {
 	GoVersion    string   `json:"go_version"`
 	RedisVersion string   `json:"redis_version"`
 	PostgresVer  string   `json:"postgres_version"`
+	EtcdCPUs     []int    `json:"etcd_cpus,omitempty"`
+	EtcdVersion  string   `json:"etcd_version,omitempty"`
+	EtcdDataDir  string   `json:"etcd_data_dir,omitempty"`
 	Notes        []string `json:"notes,omitempty"`
 }
 

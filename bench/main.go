@@ -22,7 +22,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/testenv"
 )
 
@@ -54,8 +56,13 @@ type config struct {
 	FairGoroutines   int           `json:"fair_goroutines"`
 	FairHold         time.Duration `json:"fair_hold_ns"`
 	QueueWaiters     int           `json:"queue_waiters"`
+	QueueLiveness    time.Duration `json:"queue_liveness_ns"`
+	QueueReleases    int           `json:"queue_releases"`
 	HeadLiveness     time.Duration `json:"head_liveness_ns"`
-	Only             []string      `json:"only,omitempty"`
+	// Etcd adds etcd's concurrency.Mutex to handoff2 and fair, on an etcd
+	// server the bench starts (Debian package etcd-server).
+	Etcd bool     `json:"etcd"`
+	Only []string `json:"only,omitempty"`
 }
 
 func defaultConfig() config {
@@ -68,7 +75,9 @@ func defaultConfig() config {
 		GuardTxDirect: 400, GuardTxProxied: 60, ProxyDelay: time.Millisecond,
 		SyncRows:       10000,
 		OutboxLatencyN: 200, OutboxPollN: 30, OutboxBacklog: 20000,
-		FairClients: 4, FairGoroutines: 4, FairHold: time.Millisecond, QueueWaiters: 10000, HeadLiveness: 3 * time.Second,
+		FairClients: 4, FairGoroutines: 4, FairHold: time.Millisecond,
+		QueueWaiters: 10000, QueueLiveness: fence.DefaultLiveness, QueueReleases: 32, HeadLiveness: 3 * time.Second,
+		Etcd: true,
 	}
 }
 
@@ -82,7 +91,10 @@ func quickConfig() config {
 		GuardTxDirect: 10, GuardTxProxied: 3, ProxyDelay: time.Millisecond,
 		SyncRows:       50,
 		OutboxLatencyN: 5, OutboxPollN: 2, OutboxBacklog: 200,
-		FairClients: 2, FairGoroutines: 2, FairHold: time.Millisecond, QueueWaiters: 200, HeadLiveness: 500 * time.Millisecond,
+		FairClients: 2, FairGoroutines: 2, FairHold: time.Millisecond,
+		QueueWaiters: 200, QueueLiveness: 600 * time.Millisecond, QueueReleases: 4, HeadLiveness: 500 * time.Millisecond,
+		// The toy run (make test) needs no etcd server.
+		Etcd: false,
 	}
 }
 
@@ -99,21 +111,19 @@ func (c config) wants(s string) bool {
 }
 
 func main() {
-	if os.Getenv(waiterProcEnv) != "" {
-		waiterMain() // a waiter process of the headkill scenario
-		return
-	}
+	childMain() // a process of a cross-process scenario: plays its role and exits
 	out := flag.String("out", "results/latest.json", "where to write the JSON results (empty: do not write)")
 	quick := flag.Bool("quick", false, "tiny run (harness smoke test); figures mean nothing")
 	pin := flag.Bool("pin", true, "pin servers to CPU 0 and the client to CPU 1 with GOMAXPROCS=1")
 	only := flag.String("only", "", "comma-separated scenarios to run (default: all)")
 	reps := flag.Int("reps", 0, "repetitions (default 5)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run")
-	charts := flag.String("charts", "", "only draw the charts of this results file (e.g. results/latest.json) next to it, and exit")
+	charts := flag.String("charts", "", "only derive from this results file what a run derives (its charts next to it; for results/latest.json also the README's results part), and exit")
+	etcd := flag.Bool("etcd", true, "etcd's concurrency.Mutex as a peer in handoff2 and fair (needs the Debian package etcd-server; off with -quick unless given)")
 	flag.Parse()
 
 	if *charts != "" {
-		if err := drawChartsFrom(*charts, filepath.Dir(*charts)); err != nil {
+		if err := deriveFrom(*charts, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -126,6 +136,14 @@ func main() {
 	}
 	if *reps > 0 {
 		cfg.Reps = *reps
+	}
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "etcd" {
+			cfg.Etcd = *etcd
+		}
+	})
+	if !*quick {
+		cfg.Etcd = *etcd
 	}
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
@@ -150,6 +168,11 @@ func main() {
 		}
 		// The headline charts, from the same results, next to them.
 		if err := drawCharts(res, filepath.Dir(*out)); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		// The README's results part, when this is the committed file.
+		if err := writeReadme(*out, res); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -181,6 +204,9 @@ type env struct {
 	fastPoll *redislockLocker
 	fence    *fenceLocker
 	ping     *redis.Client // PING and INFO, outside every library's client
+	// etcd, when the run has the etcd peer; etcdc probes it.
+	etcd  *etcdServer
+	etcdc *clientv3.Client
 }
 
 func logf(w io.Writer, format string, args ...any) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -23,6 +24,8 @@ type results struct {
 	Scenarios map[string]*scenario `json:"scenarios"`
 	Goals     []goal               `json:"goals"`
 	Notes     []string             `json:"notes,omitempty"`
+
+	issue string // the issue of the goals being added
 }
 
 // scenario holds one scenario's figures: per library (or variant), per
@@ -38,6 +41,7 @@ type scenario struct {
 }
 
 type goal struct {
+	Issue    string  `json:"issue,omitempty"`
 	Scenario string  `json:"scenario"`
 	Goal     string  `json:"goal"`
 	Measured float64 `json:"measured"`
@@ -89,7 +93,7 @@ func (s *scenario) get(lib, metric string) *figure {
 // addGoal records a goal; lower says whether measured must be <= limit
 // (true) or >= limit (false). NaN means not measured.
 func (r *results) addGoal(scn, text string, measured, limit float64, lower bool, note string) {
-	g := goal{Scenario: scn, Goal: text, Measured: round3(measured), Limit: limit, Note: note}
+	g := goal{Issue: r.issue, Scenario: scn, Goal: text, Measured: round3(measured), Limit: limit, Note: note}
 	if !math.IsNaN(measured) && !math.IsInf(measured, 0) {
 		met := measured <= limit
 		if !lower {
@@ -109,15 +113,29 @@ func round3(x float64) float64 {
 	return math.Round(x*1000) / 1000
 }
 
-func metStr(m *bool) string {
+// status says whether a goal is met, and when not by how much: the
+// measured value as a multiple of the limit.
+func (g goal) status() string {
 	switch {
-	case m == nil:
+	case g.Met == nil:
 		return "not measured"
-	case *m:
+	case *g.Met:
 		return "met"
+	case g.Limit == 0:
+		return fmt.Sprintf("not met (%s, the limit is 0)", fmtNum(g.Measured))
 	default:
-		return "NOT met"
+		return fmt.Sprintf("not met, %s× the limit", fmtRatio(g.Measured/g.Limit))
 	}
+}
+
+// fmtRatio prints a ratio with two decimals, or three when two would make
+// it look equal to 1.
+func fmtRatio(x float64) string {
+	s := fmt.Sprintf("%.2f", x)
+	if s == "1.00" {
+		s = fmt.Sprintf("%.3f", x)
+	}
+	return s
 }
 
 func fmtNum(x float64) string {
@@ -154,6 +172,15 @@ func printMarkdown(w io.Writer, r *results) {
 		pl.Pinned, pl.ClientCPUs, pl.GOMAXPROCS, pl.RedisCPUs, pl.PostgresCPUs, pl.NumCPU, pl.CPUModel,
 		pl.LoadAvgStart, pl.LoadAvgEnd, pl.RedisVersion, pl.PostgresVer, pl.GoVersion, r.Config.Reps)
 	printHeadline(w, r)
+	printFairLock(w, r)
+	met, total := 0, 0
+	for _, g := range r.Goals {
+		total++
+		if g.Met != nil && *g.Met {
+			met++
+		}
+	}
+	fmt.Fprintf(w, "Goals met: %d of %d (see the goals tables at the end).\n\n", met, total)
 	fmt.Fprintf(w, "Figures: median (p99). Latencies pool every sample of every repetition; rates are per repetition (p99 = worst repetition).\n\n")
 	for _, name := range r.Order {
 		s := r.Scenarios[name]
@@ -192,13 +219,8 @@ func printMarkdown(w io.Writer, r *results) {
 			fmt.Fprintln(w)
 		}
 	}
-	fmt.Fprintf(w, "### goals\n\n| scenario | goal | measured | limit | status |\n|---|---|---|---|---|\n")
-	for _, g := range r.Goals {
-		// Three decimals, so that a value just over its limit does not
-		// print as equal to it.
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", g.Scenario, g.Goal, fmtGoal(g.Measured), fmtGoal(g.Limit), metStr(g.Met))
-	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "### goals\n\n")
+	printGoals(w, r.Goals, "####", nil)
 	fmt.Fprintf(w, "Settings:\n")
 	keys := make([]string, 0, len(r.Settings))
 	for k := range r.Settings {
@@ -343,14 +365,96 @@ func printHeadline(w io.Writer, r *results) {
 	if s, ok := r.Scenarios["sync"]; ok {
 		fmt.Fprintf(w, "| stock sync rows/s, guard on / off | %s | | |\n", fmtNum(s.Ratios["on/off"]))
 	}
-	met, total := 0, 0
-	for _, g := range r.Goals {
-		total++
-		if g.Met != nil && *g.Met {
-			met++
+	fmt.Fprintln(w)
+}
+
+// printGoals prints a table of goals per issue, in the order the issues
+// first appear; only those issues when given.
+func printGoals(w io.Writer, goals []goal, heading string, only []string) {
+	var issues []string
+	for _, g := range goals {
+		if !slices.Contains(issues, g.Issue) && (only == nil || slices.Contains(only, g.Issue)) {
+			issues = append(issues, g.Issue)
 		}
 	}
-	fmt.Fprintf(w, "\nGoals met: %d of %d (see the goals table at the end).\n\n", met, total)
+	for _, is := range issues {
+		if is != "" {
+			fmt.Fprintf(w, "%s %s\n\n", heading, is)
+		}
+		fmt.Fprintf(w, "| scenario | goal | measured | limit | status | note |\n|---|---|---|---|---|---|\n")
+		for _, g := range goals {
+			if g.Issue != is {
+				continue
+			}
+			// Three decimals, so that a value just over its limit does
+			// not print as equal to it.
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", g.Scenario, g.Goal, fmtGoal(g.Measured), fmtGoal(g.Limit), g.status(), g.Note)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// printFairLock is the fair lock's table: fence against the pre-queue
+// library and etcd, in the cross-process scenarios and the queue's.
+func printFairLock(w io.Writer, r *results) {
+	_, h2 := r.Scenarios["handoff2"]
+	_, fair := r.Scenarios["fair"]
+	_, par := r.Scenarios["parallel"]
+	if !h2 && !fair && !par {
+		return
+	}
+	libs := []string{"fence", todayName, etcdName, "redislock"}
+	val := func(scn, lib, metric string) string {
+		f := r.Scenarios[scn].get(lib, metric)
+		switch {
+		case f == nil:
+			return "–"
+		case f.Pooled != nil:
+			return fmtNum(f.Pooled.Median)
+		default:
+			return fmtNum(f.Median)
+		}
+	}
+	row := func(label, scn string, metrics ...string) {
+		if _, ok := r.Scenarios[scn]; !ok {
+			return
+		}
+		cells := make([]string, len(libs))
+		for i, l := range libs {
+			var parts []string
+			for _, m := range metrics {
+				parts = append(parts, val(scn, l, m))
+			}
+			cells[i] = strings.Join(parts, "; ")
+			if strings.Trim(cells[i], "–; ") == "" {
+				cells[i] = "–"
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s |\n", label, strings.Join(cells, " | "))
+	}
+	c := r.Config
+	fmt.Fprintf(w, "| the fair lock, median | %s |\n|---|---|---|---|---|\n", strings.Join(libs, " | "))
+	if h2 {
+		fmt.Fprintf(w, "| handoff between 2 processes, released once the waiter is queued, µs (PING %s; PUBLISH to another process %s) | %s | %s | %s | |\n",
+			val("handoff2", "PING", gapAtOnce), val("handoff2", floorName, gapAtOnce), val("handoff2", "fence", gapAtOnce), val("handoff2", todayName, gapAtOnce), val("handoff2", etcdName, gapAtOnce))
+		fmt.Fprintf(w, "| … released after a %v hold, µs (PING after the same idle %s; PUBLISH %s) | %s | %s | %s | |\n", c.HandoffHold,
+			val("handoff2", "PING", gapAfterHold), val("handoff2", floorName, gapAfterHold), val("handoff2", "fence", gapAfterHold), val("handoff2", todayName, gapAfterHold), val("handoff2", etcdName, gapAfterHold))
+		if r.Scenarios["handoff2"].get(etcdWatchRev, gapAtOnce) != nil {
+			fmt.Fprintf(w, "| a bare etcd watch across processes, delete → event, µs: watching from the Get's revision (as the Mutex does); from the next revision | | | %s; %s | |\n",
+				val("handoff2", etcdWatchRev, gapAtOnce), val("handoff2", etcdWatchNxt, gapAtOnce))
+		}
+	}
+	who := fmt.Sprintf("%d processes × %d goroutines, %v hold", c.FairClients, c.FairGoroutines, c.FairHold)
+	row(who+": acquisitions/s", "fair", "acq_per_s")
+	row("… min/max acquisitions per process", "fair", "min_max")
+	row("… grants out of arrival order per repetition", "fair", "out_of_order")
+	row("… lock server CPU per acquisition, µs", "fair", "server_cpu_us_per_acq")
+	row(fmt.Sprintf("%d goroutines on %d names (parallel): Redis CPU per acquire+release, µs", c.ParallelWorkers, c.ParallelWorkers), "parallel", "redis_cpu_us_per_op")
+	row("… of it in the commands the scripts call; in the Lua call itself; outside any command, µs", "parallel", "redis_in_commands_us_per_op", "redis_in_lua_us_per_op", "redis_outside_commands_us_per_op")
+	row("… commands the scripts call per acquire+release", "parallel", "redis_cmds_per_op")
+	row(fmt.Sprintf("%d queued waiters: Redis memory per waiter, B; a release in SLOWLOG, µs", c.QueueWaiters), "queue", "memory_per_waiter_bytes", "release_slowlog_us")
+	row(fmt.Sprintf("5 waiters SIGKILLed at the head (liveness %v): the next live waiter holds after, s", c.HeadLiveness), "headkill", "next_holder_s")
+	fmt.Fprintln(w)
 }
 
 func fmtGoal(x float64) string {

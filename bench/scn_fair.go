@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,334 +15,247 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fencelock/fencelock/bench/internal/prequeue"
 	"github.com/fencelock/fencelock/fence"
 )
 
-// The fair lock's scenarios: a handover between two clients (as two
-// processes would be), fairness across clients, a long queue, and dead
-// waiters at its head. fence is measured against fence-today (the
-// pre-queue library) in the same run.
+// The fair lock's scenarios besides the handover (scn_handoff2.go):
+// fairness across processes, a long queue, and dead waiters at its head.
+// fence is measured against fence-today (the pre-queue library) in the
+// same run, and etcd's Mutex when the run has an etcd server.
 
-// lockerPair makes two independent instances of a library (each its own
-// go-redis client and lock client), as two processes would have.
-type factory struct {
-	name string
-	make func() (locker, error)
-}
-
-func (e *env) fairFactories(obs func() any) []factory {
-	addr := e.redis.Addr
-	return []factory{
-		{"fence", func() (locker, error) {
-			var opts []fence.ClientOption
-			if o := obs(); o != nil {
-				opts = append(opts, fence.WithObserver(o))
-			}
-			return newFenceLocker(addr, opts...)
-		}},
-		{todayName, func() (locker, error) {
-			var opts []prequeue.ClientOption
-			if o := obs(); o != nil {
-				opts = append(opts, prequeue.WithObserver(o))
-			}
-			return newTodayLocker(addr, opts...)
-		}},
-	}
-}
-
-func closeAll(ls []locker) {
-	for _, l := range ls {
-		l.Close()
-	}
-}
-
-func makeN(f factory, n int) ([]locker, error) {
-	var ls []locker
-	for range n {
-		l, err := f.make()
-		if err != nil {
-			closeAll(ls)
-			return nil, err
-		}
-		ls = append(ls, l)
-	}
-	return ls, nil
-}
-
-// runHandoff2 is handoff with each side its own client: the release must
-// reach the other client through Redis.
-func runHandoff2(ctx context.Context, e *env, res *results) error {
-	s := res.scenario("handoff2")
-	repMed := map[string][]float64{}
-	pooled := map[string][]float64{}
-	var pingRep, idleRep []float64
-	facts := e.fairFactories(func() any { return nil })
-	for rep := 0; rep < e.cfg.Reps; rep++ {
-		pm, _, err := interleaved(ctx, 1, 200, []op{e.pingOp()})
-		if err != nil {
-			return err
-		}
-		pingRep = append(pingRep, pm["PING"][0])
-		idle, err := idlePings(ctx, e.ping, e.cfg.HandoffRounds, e.cfg.HandoffHold)
-		if err != nil {
-			return err
-		}
-		idleRep = append(idleRep, median(idle))
-		for i := range facts {
-			f := facts[(i+rep)%len(facts)]
-			ls, err := makeN(f, 2)
-			if err != nil {
-				return err
-			}
-			gaps, err := handoffPair(ctx, ls[0], ls[1], e.cfg.HandoffRounds, e.cfg.HandoffHold)
-			closeAll(ls)
-			if err != nil {
-				return fmt.Errorf("%s: %w", f.name, err)
-			}
-			repMed[f.name] = append(repMed[f.name], median(gaps))
-			pooled[f.name] = append(pooled[f.name], gaps...)
-			settle()
-		}
-	}
-	s.set("PING", "gap_us", newFigure("µs", pingRep, nil))
-	s.set("PING after idle", "gap_us", newFigure("µs", idleRep, nil))
-	for _, f := range facts {
-		s.set(f.name, "gap_us", newFigure("µs", repMed[f.name], pooled[f.name]))
-	}
-	s.Ratios["fence/PING"] = pairedRatio(repMed["fence"], pingRep)
-	s.Ratios["fence/PING_after_idle"] = pairedRatio(repMed["fence"], idleRep)
-	s.Ratios[todayName+"/PING_after_idle"] = pairedRatio(repMed[todayName], idleRep)
-	s.Ratios[todayName+"/fence"] = pairedRatio(repMed[todayName], repMed["fence"])
-	s.Ratios[todayName+"/PING"] = pairedRatio(repMed[todayName], pingRep)
-	s.Notes = append(s.Notes, fmt.Sprintf("2 clients (each its own go-redis client and lock client, as two processes would be), one name: the holder holds %v and releases while the other client is already waiting in Acquire; gap = from the start of Release to the return of the other client's Acquire. %d handoffs per library per repetition. PING: back-to-back PINGs (hot); PING after idle: one PING after %v without traffic, as every handoff comes after the hold: on these virtual machines an idle server and client wake up far slower than a busy pair answers, so the handoff is compared with the round trip of the same idle shape.", e.cfg.HandoffHold, e.cfg.HandoffRounds, e.cfg.HandoffHold))
-	return nil
-}
-
-// idlePings times PINGs each sent after hold without traffic, in µs.
-func idlePings(ctx context.Context, c *redis.Client, n int, hold time.Duration) ([]float64, error) {
-	var out []float64
-	for range n {
-		time.Sleep(hold)
-		t0 := time.Now()
-		if err := c.Ping(ctx).Err(); err != nil {
-			return nil, err
-		}
-		out = append(out, us(time.Since(t0)))
-	}
-	return out, nil
-}
-
-// handoffPair ping-pongs one lock between two clients, one goroutine each.
-func handoffPair(ctx context.Context, a, b locker, rounds int, hold time.Duration) ([]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	key := "handoff2"
-	var (
-		gaps     []float64
-		relStart atomic.Int64
-		mu       sync.Mutex
-		errs     errOnce
-		wg       sync.WaitGroup
-		turn     = [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
-		done     = make(chan struct{})
-		once     sync.Once
-	)
-	finish := func() { once.Do(func() { close(done) }) }
-	side := func(i int, l locker) {
-		defer wg.Done()
-		var h held
-		var err error
-		if i == 0 {
-			if h, err = l.Acquire(ctx, key); err != nil {
-				errs.set(err)
-				finish()
-				return
-			}
-		}
-		for {
-			if h == nil {
-				select {
-				case <-turn[i]:
-				case <-done:
-					return
-				}
-				if h, err = l.Acquire(ctx, key); err != nil {
-					errs.set(err)
-					finish()
-					return
-				}
-				t1 := time.Now().UnixNano()
-				mu.Lock()
-				gaps = append(gaps, float64(t1-relStart.Load())/1e3)
-				n := len(gaps)
-				mu.Unlock()
-				if n >= rounds {
-					finish()
-					_ = h.Release(context.WithoutCancel(ctx))
-					return
-				}
-			}
-			turn[1-i] <- struct{}{}
-			select {
-			case <-time.After(hold): // the other side is waiting by now
-			case <-done:
-				_ = h.Release(context.WithoutCancel(ctx))
-				return
-			}
-			relStart.Store(time.Now().UnixNano())
-			if err := h.Release(ctx); err != nil {
-				errs.set(fmt.Errorf("release: %w", err))
-				finish()
-				return
-			}
-			h = nil
-		}
-	}
-	wg.Add(2)
-	go side(0, a)
-	go side(1, b)
-	wg.Wait()
-	return gaps, errs.get()
-}
-
-// waitClock records, per Acquire call (by a ctx value), when it started
-// and when the library said it waits (its WaitObserver): a call that was
-// waiting before another one started has arrived first.
-type waitClock struct {
-	mu    sync.Mutex
-	waits map[int64]time.Time
+// call is one acquisition of a contender, in Unix ns on the real-time
+// clock every process of the run reads.
+type call struct {
+	client          int
+	start, acquired int64
+	waited          int64 // when its library said it waits; 0: did not wait
 }
 
 type callKey struct{}
 
-func (w *waitClock) OnWait(ctx context.Context, _ fence.WaitEvent) { w.note(ctx) }
-
-type waitClockToday struct{ *waitClock }
-
-func (w waitClockToday) OnWait(ctx context.Context, _ prequeue.WaitEvent) { w.note(ctx) }
-
-func (w *waitClock) note(ctx context.Context) {
-	if id, ok := ctx.Value(callKey{}).(int64); ok {
-		w.mu.Lock()
-		w.waits[id] = time.Now()
-		w.mu.Unlock()
-	}
-}
-
-type call struct {
-	client          int
-	start, acquired time.Time
-	waited          time.Time // zero: did not wait
-}
-
-// runFair: 4 clients × 4 goroutines on one name, 1 ms hold: acquisitions
-// per client (min/max), grants out of arrival order, acquisitions/s and
-// Redis CPU per acquisition, fence against fence-today.
+// runFair: 4 processes × 4 goroutines on one name, 1 ms hold: acquisitions
+// per process (min/max), grants out of arrival order, acquisitions/s and
+// the lock server's CPU per acquisition.
 func runFair(ctx context.Context, e *env, res *results) error {
 	s := res.scenario("fair")
 	type agg struct{ acq, minMax, ooo, cpu []float64 }
+	libs := e.crossLibs()
 	a := map[string]*agg{}
-	clock := &waitClock{waits: map[int64]time.Time{}}
-	facts := e.fairFactories(func() any { return nil })
-	facts[0].make = func() (locker, error) { return newFenceLocker(e.redis.Addr, fence.WithObserver(clock)) }
-	facts[1].make = func() (locker, error) {
-		return newTodayLocker(e.redis.Addr, prequeue.WithObserver(waitClockToday{clock}))
+	for _, l := range libs {
+		a[l] = &agg{}
 	}
-	for _, f := range facts {
-		a[f.name] = &agg{}
+	// The contender processes live through every repetition.
+	procs := map[string][]*child{}
+	defer func() {
+		for _, cs := range procs {
+			stopAll(cs)
+		}
+	}()
+	for _, lib := range libs {
+		r := e.role("contender", lib)
+		r.Name, r.Goroutines, r.Hold = "fair", e.cfg.FairGoroutines, e.cfg.FairHold
+		for range e.cfg.FairClients {
+			c, err := startChild(ctx, r)
+			if err != nil {
+				return fmt.Errorf("%s: %w", lib, err)
+			}
+			procs[lib] = append(procs[lib], c)
+		}
 	}
 	for rep := 0; rep < e.cfg.Reps; rep++ {
-		for i := range facts {
-			f := facts[(i+rep)%len(facts)]
-			ls, err := makeN(f, e.cfg.FairClients)
+		for i := range libs {
+			lib := libs[(i+rep)%len(libs)]
+			calls, cpu, err := fairOnce(ctx, e, lib, procs[lib])
 			if err != nil {
-				return err
-			}
-			cpu0, err := serverCPU(ctx, e.ping)
-			if err != nil {
-				closeAll(ls)
-				return err
-			}
-			calls, err := fairOnce(ctx, ls, clock, e.cfg.FairGoroutines, e.cfg.FairHold, e.cfg.ContendedDur)
-			cpu1, cerr := serverCPU(ctx, e.ping)
-			closeAll(ls)
-			if err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", f.name, err)
+				return fmt.Errorf("%s: %w", lib, err)
 			}
 			per := make([]int64, e.cfg.FairClients)
 			for _, c := range calls {
 				per[c.client]++
 			}
 			mn, mx := slices.Min(per), slices.Max(per)
-			g := a[f.name]
+			g := a[lib]
 			g.acq = append(g.acq, float64(len(calls))/e.cfg.ContendedDur.Seconds())
 			g.minMax = append(g.minMax, float64(mn)/math.Max(1, float64(mx)))
-			g.ooo = append(g.ooo, float64(outOfOrder(calls)))
-			g.cpu = append(g.cpu, 1e6*(cpu1-cpu0)/math.Max(1, float64(len(calls))))
-			logf(e.log, "  fair %s rep %d: per client %v, %d out of order, %.0f acq/s", f.name, rep, per, int(g.ooo[len(g.ooo)-1]), g.acq[len(g.acq)-1])
+			g.cpu = append(g.cpu, 1e6*cpu/math.Max(1, float64(len(calls))))
+			ooo := "–"
+			if lib != etcdName { // etcd's Mutex does not say when it waits
+				g.ooo = append(g.ooo, float64(outOfOrder(calls)))
+				ooo = strconv.Itoa(int(g.ooo[len(g.ooo)-1]))
+			}
+			logf(e.log, "  fair %s rep %d: per process %v, %s out of order, %.0f acq/s", lib, rep, per, ooo, g.acq[len(g.acq)-1])
 			settle()
 		}
 	}
-	for _, f := range facts {
-		g := a[f.name]
-		s.set(f.name, "acq_per_s", newFigure("acquisitions/s", g.acq, nil))
-		s.set(f.name, "min_max", newFigure("ratio", g.minMax, nil))
-		s.set(f.name, "out_of_order", newFigure("grants/repetition", g.ooo, nil))
-		s.set(f.name, "redis_cpu_us_per_acq", newFigure("µs", g.cpu, nil))
+	for _, l := range libs {
+		g := a[l]
+		s.set(l, "acq_per_s", newFigure("acquisitions/s", g.acq, nil))
+		s.set(l, "min_max", newFigure("ratio", g.minMax, nil))
+		if len(g.ooo) > 0 {
+			s.set(l, "out_of_order", newFigure("grants/repetition", g.ooo, nil))
+		}
+		s.set(l, "server_cpu_us_per_acq", newFigure("µs", g.cpu, nil))
 	}
 	s.Ratios["acq_per_s fence/"+todayName] = pairedRatio(a["fence"].acq, a[todayName].acq)
 	s.Ratios["redis_cpu fence/"+todayName] = pairedRatio(a["fence"].cpu, a[todayName].cpu)
-	s.Notes = append(s.Notes, fmt.Sprintf("%d clients (each its own go-redis client and lock client, as processes would be) × %d goroutines on one name, hold %v, %v per library per repetition. min_max: fewest / most acquisitions of one client. out_of_order: acquisitions that came before that of a call which was already waiting (its library's WaitObserver had fired) when the acquiring call began. redis_cpu_us_per_acq: Redis server CPU (INFO cpu, user+sys) / acquisitions.", e.cfg.FairClients, e.cfg.FairGoroutines, e.cfg.FairHold, e.cfg.ContendedDur))
+	if e.etcd != nil {
+		s.Ratios["acq_per_s fence/"+etcdName] = pairedRatio(a["fence"].acq, a[etcdName].acq)
+	}
+	s.Notes = append(s.Notes, fmt.Sprintf("%d processes (each its own go-redis and lock client, or etcd client with a session per goroutine) × %d goroutines on one name, hold %v, %v per library per repetition, started together. min_max: fewest / most acquisitions of one process. out_of_order: acquisitions that came before that of a call which was already waiting (its library's WaitObserver had fired) when the acquiring call began, compared across processes on the real-time clock (not measured for etcd, whose Mutex does not say when it waits). server_cpu_us_per_acq: the lock server's CPU (Redis: INFO cpu, user+sys; etcd: /proc/<pid>/stat) / acquisitions.", e.cfg.FairClients, e.cfg.FairGoroutines, e.cfg.FairHold, e.cfg.ContendedDur))
 	return nil
 }
 
-func fairOnce(ctx context.Context, ls []locker, clock *waitClock, goroutines int, hold, dur time.Duration) ([]call, error) {
-	stop := time.Now().Add(dur)
-	runCtx, cancel := context.WithDeadline(ctx, stop)
+// fairOnce runs the contender processes of one library once: their calls,
+// and the lock server's CPU seconds over the run.
+func fairOnce(ctx context.Context, e *env, lib string, cs []*child) ([]call, float64, error) {
+	cpu0, err := e.lockServerCPU(ctx, lib)
+	if err != nil {
+		return nil, 0, err
+	}
+	// Every process starts at the same moment, 50 ms from now.
+	start := time.Now().Add(50 * time.Millisecond)
+	stop := start.Add(e.cfg.ContendedDur)
+	for _, c := range cs {
+		if err := c.send("go %d %d", start.UnixNano(), stop.UnixNano()); err != nil {
+			return nil, 0, err
+		}
+	}
+	var calls []call
+	limit := e.cfg.ContendedDur + time.Minute
+	for ci, c := range cs {
+		for {
+			l, err := c.next(ctx, limit)
+			if err != nil {
+				return nil, 0, err
+			}
+			if strings.HasPrefix(l, "end") {
+				break
+			}
+			rest, ok := strings.CutPrefix(l, "c ")
+			f, err := parseInts(rest)
+			if !ok || err != nil || len(f) != 3 {
+				return nil, 0, fmt.Errorf("contender said %q", l)
+			}
+			calls = append(calls, call{client: ci, start: f[0], waited: f[1], acquired: f[2]})
+		}
+	}
+	cpu1, err := e.lockServerCPU(ctx, lib)
+	if err != nil {
+		return nil, 0, err
+	}
+	return calls, cpu1 - cpu0, nil
+}
+
+// lockServerCPU is the CPU time (s) of the server lib locks on.
+func (e *env) lockServerCPU(ctx context.Context, lib string) (float64, error) {
+	if lib == etcdName {
+		return e.etcd.cpuSeconds()
+	}
+	return serverCPU(ctx, e.ping)
+}
+
+// contenderRole: on each "go <start> <stop>", from start until stop, each
+// of the role's goroutines acquires the name, holds it, releases it,
+// again; then it says "c <start> <waited> <acquired>" per acquisition made
+// before stop and "end <n>". It ends when its stdin closes.
+func contenderRole(r role, in *bufio.Scanner, out *lineWriter) error {
+	var mu sync.Mutex
+	waits := map[int64]int64{}
+	var onWait waitFunc
+	if r.Lib != etcdName {
+		onWait = func(ctx context.Context) {
+			if id, ok := ctx.Value(callKey{}).(int64); ok {
+				now := time.Now().UnixNano()
+				mu.Lock()
+				waits[id] = now
+				mu.Unlock()
+			}
+		}
+	}
+	l, err := openLib(r, onWait)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	out.say("ready")
+	var ids atomic.Int64
+	for {
+		cmd, err := nextCommand(in)
+		if errors.Is(err, errStdinClosed) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rest, ok := strings.CutPrefix(cmd, "go ")
+		t, err := parseInts(rest)
+		if !ok || err != nil || len(t) != 2 {
+			return fmt.Errorf("unknown command %q", cmd)
+		}
+		calls, err := contend(l, r, &ids, &mu, waits, time.Unix(0, t[0]), time.Unix(0, t[1]))
+		if err != nil {
+			return err
+		}
+		out.mu.Lock()
+		for _, c := range calls {
+			fmt.Fprintf(out.w, "c %d %d %d\n", c.start, c.waited, c.acquired)
+		}
+		fmt.Fprintf(out.w, "end %d\n", len(calls))
+		err = out.w.Flush()
+		out.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// contend runs r.Goroutines goroutines on the name from start until stop.
+func contend(l locker, r role, ids *atomic.Int64, mu *sync.Mutex, waits map[int64]int64, start, stop time.Time) ([]call, error) {
+	time.Sleep(time.Until(start))
+	runCtx, cancel := context.WithDeadline(context.Background(), stop)
 	defer cancel()
 	var (
-		mu    sync.Mutex
 		calls []call
-		ids   atomic.Int64
 		errs  errOnce
 		wg    sync.WaitGroup
 	)
-	for ci, l := range ls {
-		for range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Now().Before(stop) {
-					id := ids.Add(1)
-					c := call{client: ci, start: time.Now()}
-					h, err := l.Acquire(context.WithValue(runCtx, callKey{}, id), "fair")
-					if err != nil {
-						if runCtx.Err() == nil {
-							errs.set(err)
-						}
-						return
+	for range r.Goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				id := ids.Add(1)
+				c := call{start: time.Now().UnixNano()}
+				h, err := l.Acquire(context.WithValue(runCtx, callKey{}, id), r.Name)
+				if err != nil {
+					if runCtx.Err() == nil {
+						errs.set(err)
 					}
-					c.acquired = time.Now()
-					clock.mu.Lock()
-					c.waited = clock.waits[id]
-					delete(clock.waits, id)
-					clock.mu.Unlock()
-					time.Sleep(hold)
-					_ = h.Release(context.WithoutCancel(ctx))
-					if c.acquired.Before(stop) {
-						mu.Lock()
-						calls = append(calls, c)
-						mu.Unlock()
-					}
+					return
 				}
-			}()
-		}
+				c.acquired = time.Now().UnixNano()
+				mu.Lock()
+				c.waited = waits[id]
+				delete(waits, id)
+				mu.Unlock()
+				time.Sleep(r.Hold)
+				if err := h.Release(context.Background()); err != nil {
+					errs.set(fmt.Errorf("release: %w", err))
+					return
+				}
+				if c.acquired < stop.UnixNano() {
+					mu.Lock()
+					calls = append(calls, c)
+					mu.Unlock()
+				}
+			}
+		}()
 	}
 	wg.Wait()
+	// Waits of calls that ended without the lock.
+	mu.Lock()
+	clear(waits)
+	mu.Unlock()
 	return calls, errs.get()
 }
 
@@ -354,7 +265,7 @@ func outOfOrder(calls []call) int {
 	n := 0
 	for _, b := range calls {
 		for _, a := range calls {
-			if !a.waited.IsZero() && a.waited.Before(b.start) && b.acquired.Before(a.acquired) {
+			if a.waited != 0 && a.waited < b.start && b.acquired < a.acquired {
 				n++
 				break
 			}
@@ -368,10 +279,12 @@ func outOfOrder(calls []call) int {
 func runQueue10k(ctx context.Context, e *env, res *results) error {
 	s := res.scenario("queue")
 	n := e.cfg.QueueWaiters
-	const holders = 8
+	holders := e.cfg.QueueReleases
 	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr, PoolSize: 64})
 	defer rdb.Close()
-	fc, err := fence.New(rdb, fence.WithPrefix("q10k:"))
+	// Heartbeats every liveness/3: the memory is sampled over two periods.
+	liveness := e.cfg.QueueLiveness
+	fc, err := fence.New(rdb, fence.WithPrefix("q10k:"), fence.WithLiveness(liveness))
 	if err != nil {
 		return err
 	}
@@ -392,7 +305,7 @@ func runQueue10k(ctx context.Context, e *env, res *results) error {
 	pw.Wait()
 	// The floor over the same span as afterwards: Redis frees the query
 	// buffers of connections idle for 2 s, the pool's among them.
-	mem0, _, err := usedMemoryRange(ctx, e.ping, 2*fence.DefaultLiveness/3*2)
+	mem0, _, err := usedMemoryRange(ctx, e.ping, max(2*liveness/3, 2*time.Second))
 	if err != nil {
 		return err
 	}
@@ -424,7 +337,7 @@ func runQueue10k(ctx context.Context, e *env, res *results) error {
 	// used_memory over two heartbeat periods: its floor is what the
 	// queue keeps; its peak adds the buffers of a heartbeat round (one
 	// pipeline of every waiter's heartbeat, read and answered at once).
-	memLow, memHigh, err := usedMemoryRange(ctx, e.ping, 2*fence.DefaultLiveness/3*2)
+	memLow, memHigh, err := usedMemoryRange(ctx, e.ping, max(2*liveness/3, 2*time.Second))
 	if err != nil {
 		return err
 	}
@@ -435,12 +348,12 @@ func runQueue10k(ctx context.Context, e *env, res *results) error {
 	_ = e.ping.ConfigSet(ctx, "slowlog-max-len", "100000").Err() // heartbeat rounds are logged too
 	_ = e.ping.Do(ctx, "SLOWLOG", "RESET").Err()
 	l := held
-	var releases int
+	released := map[string]bool{} // the released locks' values
 	for i := 0; i < holders; i++ {
+		released[strconv.FormatInt(l.Token(), 10)+":"+l.Holder()] = true
 		if err := l.Release(ctx); err != nil {
 			return err
 		}
-		releases++
 		if l = <-got; l == nil {
 			return errors.New("a waiter did not get the lock")
 		}
@@ -453,11 +366,14 @@ func runQueue10k(ctx context.Context, e *env, res *results) error {
 	}
 	var relUs []float64
 	for _, en := range entries {
-		// release.lua's call: EVALSHA sha 4 <4 keys> "<token>:<holder>"
-		// (acquire.lua's have 3 arguments, leave.lua's a holder id).
-		if len(en.Args) == 8 && strings.EqualFold(en.Args[0], "evalsha") && strings.Contains(en.Args[7], ":") {
+		// release.lua's call ends with the released lock's value,
+		// "<token>:<holder>" (renew.lua's with a lease after it).
+		if len(en.Args) > 0 && strings.HasPrefix(strings.ToLower(en.Args[0]), "eval") && released[en.Args[len(en.Args)-1]] {
 			relUs = append(relUs, float64(en.Duration.Microseconds()))
 		}
+	}
+	if len(relUs) != holders {
+		return fmt.Errorf("SLOWLOG holds %d of the %d releases", len(relUs), holders)
 	}
 	cancel() // the other waiters leave
 	_ = l.Release(context.WithoutCancel(ctx))
@@ -468,7 +384,7 @@ func runQueue10k(ctx context.Context, e *env, res *results) error {
 	if len(relUs) > 0 {
 		s.set("fence", "release_slowlog_us", newFigure("µs", relUs, nil))
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("%d waiters (one client, default holder ids) queued on one held name; memory: INFO used_memory before they queued and, sampled every 50 ms for two heartbeat periods after, its floor (everything the queue keeps on the server: keys, hash table, list) and its peak (adding the buffers of a heartbeat round: every waiter's heartbeat in one pipeline), and MEMORY USAGE (all elements counted) of the queue's two keys. release: SLOWLOG duration of release.lua (a handover to the head of the queue) in %d releases with the queue full.", n, releases))
+	s.Notes = append(s.Notes, fmt.Sprintf("%d waiters (one client, default holder ids, liveness %v: a heartbeat every %v) queued on one held name; memory: INFO used_memory before they queued and, sampled every 50 ms for two heartbeat periods (at least 2 s) after, its floor (everything the queue keeps on the server: keys, hash table, list) and its peak (adding the buffers of a heartbeat round: every waiter's heartbeat in one pipeline), and MEMORY USAGE (all elements counted) of the queue's two keys. release: SLOWLOG duration of release.lua (a handover to the head of the queue) in %d releases with the queue full (the goal: their median).", n, liveness, liveness/3, holders))
 	return nil
 }
 
@@ -501,24 +417,23 @@ func usedMemory(ctx context.Context, c *redis.Client) (int64, error) {
 	return 0, errors.New("no used_memory in INFO memory")
 }
 
-// waiterProcEnv turns the bench binary into a waiter process of headkill.
-const waiterProcEnv = "FENCE_BENCH_WAITER"
-
-// waiterMain is a headkill waiter: it waits for the lock (liveness from
-// the environment) until it is killed.
-func waiterMain() {
-	f := strings.Split(os.Getenv(waiterProcEnv), ",") // addr,name,holder,liveness
-	liveness, _ := time.ParseDuration(f[3])
-	rdb := redis.NewClient(&redis.Options{Addr: f[0]})
-	c, err := fence.New(rdb, fence.WithPrefix("hk:"), fence.WithLiveness(liveness))
+// headKillRole is a headkill waiter: it waits for the lock (liveness
+// from the role) until it is killed, or its stdin closes.
+func headKillRole(r role, in *bufio.Scanner, out *lineWriter) error {
+	rdb := redis.NewClient(&redis.Options{Addr: r.Redis})
+	defer rdb.Close()
+	c, err := fence.New(rdb, fence.WithPrefix("hk:"), fence.WithLiveness(r.Liveness))
 	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
+		return err
 	}
-	fmt.Println("ready")
-	_, err = c.Acquire(context.Background(), f[1], fence.WithHolder(f[2]), fence.WithWaitLimit(time.Hour))
-	fmt.Println("acquired", err)
-	select {}
+	out.say("ready")
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_, _ = c.Acquire(ctx, r.Name, fence.WithHolder(r.Holder), fence.WithWaitLimit(time.Hour))
+	}()
+	waitForEOF(in)
+	cancel()
+	return c.Close(context.Background())
 }
 
 // runHeadKill: 5 waiter processes at the head of the queue are SIGKILLed;
@@ -537,7 +452,7 @@ func runHeadKill(ctx context.Context, e *env, res *results) error {
 		logf(e.log, "  headkill rep %d: next live waiter after %v", rep, d)
 	}
 	s.set("fence", "next_holder_s", newFigure("s", took, nil))
-	s.Notes = append(s.Notes, fmt.Sprintf("%d waiter processes (liveness %v) queue first, one live waiter (another process' client) after them; the %d are SIGKILLed, then the holder releases: time from the kill to the live waiter's Acquire returning.", dead, liveness, dead))
+	s.Notes = append(s.Notes, fmt.Sprintf("%d waiter processes (liveness %v) queue first, one live waiter after them (its own client, in the bench process); the %d are SIGKILLed, then the holder releases: time from the kill to the live waiter's Acquire returning.", dead, liveness, dead))
 	return nil
 }
 
@@ -554,26 +469,17 @@ func headKillOnce(ctx context.Context, e *env, dead int, liveness time.Duration,
 	if err != nil {
 		return 0, err
 	}
-	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			_ = p.Process.Kill()
-			_ = p.Wait()
-		}
-	}()
+	var procs []*child
+	defer func() { stopAll(procs) }()
 	hash := "hk:{" + name + "}:w"
 	for i := range dead {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), waiterProcEnv+"="+strings.Join([]string{e.redis.Addr, name, "dead" + strconv.Itoa(i), liveness.String()}, ","))
-		out, err := cmd.StdoutPipe()
+		r := e.role("headkill", "fence")
+		r.Name, r.Holder, r.Liveness = name, "dead"+strconv.Itoa(i), liveness
+		c, err := startChild(ctx, r)
 		if err != nil {
 			return 0, err
 		}
-		if err := cmd.Start(); err != nil {
-			return 0, err
-		}
-		procs = append(procs, cmd)
-		go func() { _, _ = bufio.NewReader(out).ReadString('\n') }()
+		procs = append(procs, c)
 		if err := waitHLen(ctx, e.ping, hash, int64(i+1)); err != nil {
 			return 0, err
 		}
@@ -600,7 +506,7 @@ func headKillOnce(ctx context.Context, e *env, dead int, liveness time.Duration,
 	}
 	killed := time.Now()
 	for _, p := range procs {
-		_ = p.Process.Kill()
+		_ = p.cmd.Process.Kill()
 	}
 	if err := l.Release(ctx); err != nil {
 		return 0, err

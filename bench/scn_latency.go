@@ -151,8 +151,18 @@ func runParallel(ctx context.Context, e *env, res *results) error {
 	rates := map[string][]float64{}
 	srvUs := map[string][]float64{}
 	cliUs := map[string][]float64{}
+	// Where the Redis CPU goes, for the libraries that send only scripts:
+	// in the commands the scripts call, in the scripts' own running (the
+	// Lua call: set-up, argument conversion, the replies' conversion),
+	// and outside any command (reading, parsing and answering requests).
+	split := map[string]map[string][]float64{}
+	scriptOnly := map[string]bool{"fence": true, todayName: true, "redislock": true}
 	for rep := 0; rep < e.cfg.Reps; rep++ {
 		for _, l := range rotated(e.libs, rep) {
+			st0, err := commandTimes(ctx, e.ping)
+			if err != nil {
+				return err
+			}
 			cpu0, err := serverCPU(ctx, e.ping)
 			if err != nil {
 				return err
@@ -167,9 +177,27 @@ func runParallel(ctx context.Context, e *env, res *results) error {
 			if err != nil {
 				return err
 			}
+			st1, err := commandTimes(ctx, e.ping)
+			if err != nil {
+				return err
+			}
+			n := float64(ops)
 			rates[l.Name()] = append(rates[l.Name()], r)
-			srvUs[l.Name()] = append(srvUs[l.Name()], 1e6*(cpu1-cpu0)/float64(ops))
-			cliUs[l.Name()] = append(cliUs[l.Name()], 1e6*(c1-c0)/float64(ops))
+			srv := 1e6 * (cpu1 - cpu0) / n
+			srvUs[l.Name()] = append(srvUs[l.Name()], srv)
+			cliUs[l.Name()] = append(cliUs[l.Name()], 1e6*(c1-c0)/n)
+			if scriptOnly[l.Name()] {
+				script, inner, cmds := scriptSplit(st0, st1)
+				m := split[l.Name()]
+				if m == nil {
+					m = map[string][]float64{}
+					split[l.Name()] = m
+				}
+				m["redis_cmds_per_op"] = append(m["redis_cmds_per_op"], float64(cmds)/n)
+				m["redis_in_commands_us_per_op"] = append(m["redis_in_commands_us_per_op"], inner/n)
+				m["redis_in_lua_us_per_op"] = append(m["redis_in_lua_us_per_op"], (script-inner)/n)
+				m["redis_outside_commands_us_per_op"] = append(m["redis_outside_commands_us_per_op"], srv-script/n)
+			}
 			settle()
 		}
 	}
@@ -177,11 +205,22 @@ func runParallel(ctx context.Context, e *env, res *results) error {
 		s.set(l.Name(), "ops_per_s", newFigure("ops/s", rates[l.Name()], nil))
 		s.set(l.Name(), "redis_cpu_us_per_op", newFigure("µs", srvUs[l.Name()], nil))
 		s.set(l.Name(), "client_cpu_us_per_op", newFigure("µs", cliUs[l.Name()], nil))
+		for _, k := range []string{"redis_cmds_per_op", "redis_in_commands_us_per_op", "redis_in_lua_us_per_op", "redis_outside_commands_us_per_op"} {
+			if v, ok := split[l.Name()][k]; ok {
+				unit := "µs"
+				if k == "redis_cmds_per_op" {
+					unit = "commands"
+				}
+				s.set(l.Name(), k, newFigure(unit, v, nil))
+			}
+		}
 	}
 	best := bestPeerPerRep(rates, e.peerNames(), false)
 	s.Ratios["fence/best_peer"] = pairedRatio(rates["fence"], best)
 	s.Ratios["redis_cpu fence/"+todayName] = pairedRatio(srvUs["fence"], srvUs[todayName])
-	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition. redis_cpu_us_per_op: Redis server CPU (INFO cpu, user+sys) per acquire+release; client_cpu_us_per_op: the bench process' CPU (getrusage) per acquire+release. Whichever side saturates its core bounds ops/s.", w, e.cfg.ParallelDur))
+	s.Ratios["redis_cpu fence/redislock"] = pairedRatio(srvUs["fence"], srvUs["redislock"])
+	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition. redis_cpu_us_per_op: Redis server CPU (INFO cpu, user+sys) per acquire+release; client_cpu_us_per_op: the bench process' CPU (getrusage) per acquire+release. Whichever side saturates its core bounds ops/s.", w, e.cfg.ParallelDur),
+		"Where the Redis CPU goes (libraries that send only scripts, from INFO commandstats): redis_cmds_per_op, the commands the scripts call; redis_in_commands_us_per_op, their time; redis_in_lua_us_per_op, the scripts' time less that (the Lua call itself); redis_outside_commands_us_per_op, the CPU spent outside any command: reading, parsing and answering the requests, the event loop, the expiry of keys.")
 	return nil
 }
 

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,93 +226,248 @@ func outboxLatency(ctx context.Context, e *env, db *pgDB, s *scenario, lease gua
 	return nil
 }
 
-// outboxThroughput: a backlog drained by one relay, then by two, to a
-// no-op Sender, at the default batch size and concurrency.
+// outboxThroughput: a backlog drained by one relay process, then by two,
+// to a no-op Sender, at the default batch size and concurrency.
 func outboxThroughput(ctx context.Context, e *env, db *pgDB, s *scenario) error {
-	var one, two []float64
+	var one, two, cpuOne, cpuTwo []float64
+	// The relay processes live through every repetition.
+	var cs []*child
+	defer func() { stopAll(cs) }()
+	for range 2 {
+		c, err := startChild(ctx, role{Kind: "relay", Postgres: db.url})
+		if err != nil {
+			return err
+		}
+		cs = append(cs, c)
+	}
 	for rep := 0; rep < e.cfg.Reps; rep++ {
 		for _, relays := range []int{1, 2} {
-			rate, err := drain(ctx, db.direct, e.cfg.OutboxBacklog, relays)
+			rate, cpu, err := drain(ctx, db, cs[:relays], e.cfg.OutboxBacklog)
 			if err != nil {
 				return fmt.Errorf("%d relays: %w", relays, err)
 			}
 			if relays == 1 {
-				one = append(one, rate)
+				one, cpuOne = append(one, rate), append(cpuOne, cpu)
 			} else {
-				two = append(two, rate)
+				two, cpuTwo = append(two, rate), append(cpuTwo, cpu)
 			}
 		}
 	}
 	s.set("one relay", "effects_per_s", newFigure("effects/s", one, nil))
+	s.set("one relay", "relay_cpu_pct_core", newFigure("% of one core", cpuOne, nil))
 	s.set("two relays", "effects_per_s", newFigure("effects/s", two, nil))
+	s.set("two relays", "relay_cpu_pct_core", newFigure("% of one core", cpuTwo, nil))
 	s.Ratios["two relays/one relay"] = pairedRatio(two, one)
-	s.Notes = append(s.Notes, fmt.Sprintf("throughput: a backlog of %d rows drained to a no-op Sender, relays at their defaults (batch %d, concurrency %d)",
+	s.Notes = append(s.Notes, fmt.Sprintf("throughput: a backlog of %d rows drained to a no-op Sender by relay processes (each its own pgxpool, as deployed), at their defaults (batch %d, concurrency %d), from the go sent to every relay to the last effect's Sender call; relay_cpu_pct_core: the relay processes' CPU time (getrusage, all of it) over that span, in %% of one core",
 		e.cfg.OutboxBacklog, outbox.DefaultBatchSize, outbox.DefaultConcurrency))
 	return nil
 }
 
-// drain writes a backlog of n due rows, then runs relays until every row
-// is delivered, and returns the effects per second.
-func drain(ctx context.Context, pool *pgxpool.Pool, n, relays int) (float64, error) {
+// drain writes a backlog of n due rows, then runs the relay processes cs
+// until every row is delivered: the effects per second, and the relays'
+// CPU in % of one core.
+func drain(ctx context.Context, db *pgDB, cs []*child, n int) (rate, cpuPct float64, err error) {
+	if err := writeBacklog(ctx, db.direct, n); err != nil {
+		return 0, 0, err
+	}
+	relays := len(cs)
+	type line struct {
+		i int
+		s string
+	}
+	merged := make(chan line, 64)
+	quit := make(chan struct{})
+	defer close(quit) // a forwarder blocked on merged leaves
+	var fwd sync.WaitGroup
+	for i, c := range cs {
+		fwd.Add(1)
+		go func() {
+			defer fwd.Done()
+			for {
+				l, err := c.next(ctx, 5*time.Minute)
+				if err != nil {
+					l = "error " + err.Error()
+				}
+				select {
+				case merged <- line{i, l}:
+				case <-quit:
+					return
+				}
+				if err != nil || strings.HasPrefix(l, "cpu ") {
+					return
+				}
+			}
+		}()
+	}
+	go func() { fwd.Wait(); close(merged) }()
+	start := time.Now()
+	for _, c := range cs {
+		if err := c.send("go"); err != nil {
+			return 0, 0, err
+		}
+	}
+	sent := make([]int64, relays)
+	var last int64
+	total := func() (t int64) {
+		for _, v := range sent {
+			t += v
+		}
+		return t
+	}
+	var cpu float64
+	stopped := false
+	for l := range merged {
+		switch {
+		case strings.HasPrefix(l.s, "error "):
+			return 0, 0, errors.New(strings.TrimPrefix(l.s, "error "))
+		case strings.HasPrefix(l.s, "sent "):
+			f, err := parseInts(strings.TrimPrefix(l.s, "sent "))
+			if err != nil || len(f) != 2 {
+				return 0, 0, fmt.Errorf("relay said %q", l.s)
+			}
+			sent[l.i], last = f[0], max(last, f[1])
+		case strings.HasPrefix(l.s, "cpu "):
+			v, err := strconv.ParseFloat(strings.TrimPrefix(l.s, "cpu "), 64)
+			if err != nil {
+				return 0, 0, fmt.Errorf("relay said %q", l.s)
+			}
+			cpu += v
+		}
+		if !stopped && total() >= int64(n) {
+			// Every effect was sent: the relays stop, finish their acks
+			// and say their CPU time.
+			stopped = true
+			for _, c := range cs {
+				if err := c.send("stop"); err != nil {
+					return 0, 0, err
+				}
+			}
+		}
+	}
+	if got := total(); got < int64(n) {
+		return 0, 0, fmt.Errorf("only %d of %d effects sent", got, n)
+	}
+	elapsed := time.Unix(0, last).Sub(start)
+	var left int
+	if err := db.direct.QueryRow(ctx, `SELECT count(*) FROM fencelock.outbox`).Scan(&left); err != nil {
+		return 0, 0, err
+	}
+	if left > 0 {
+		return 0, 0, fmt.Errorf("%d rows left in the outbox after every effect was sent and the relays stopped", left)
+	}
+	return float64(n) / elapsed.Seconds(), 100 * cpu / elapsed.Seconds(), nil
+}
+
+func writeBacklog(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	if _, err := tx.Exec(ctx, `SELECT fencelock.claim('outbox-drain', 1, 'bench')`); err != nil {
-		return 0, err
+		return err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload)
 		SELECT 'outbox-drain', 1, 'bench', 'bench', 'k' || g, '\x00' FROM generate_series(1, $1) g`, n); err != nil {
-		return 0, err
+		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, err
+		return err
 	}
-	if _, err := pool.Exec(ctx, `VACUUM ANALYZE fencelock.outbox`); err != nil {
-		return 0, err
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE fencelock.outbox`)
+	return err
+}
+
+// relayRole: a relay on the role's database with a no-op Sender. On "go"
+// it runs the relay, says "sent <n> <unix ns of the last send>" every 256
+// effects and every 20 ms while n grows; on "stop" it stops the relay and
+// says "cpu <seconds>" (its CPU time since the go, getrusage). It ends
+// when its stdin closes.
+func relayRole(r role, in *bufio.Scanner, out *lineWriter) error {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, r.Postgres)
+	if err != nil {
+		return err
 	}
-	var sent atomic.Int64
-	all := make(chan struct{})
+	defer pool.Close()
+	var (
+		mu          sync.Mutex
+		sent, shown int64
+		last        int64
+	)
+	report := func() {
+		mu.Lock()
+		n, at, show := sent, last, sent != shown
+		shown = sent
+		mu.Unlock()
+		if show {
+			out.say("sent %d %d", n, at)
+		}
+	}
 	sender := outbox.SenderFunc(func(context.Context, outbox.Delivery) error {
-		if sent.Add(1) == int64(n) {
-			close(all)
+		mu.Lock()
+		sent++
+		last = time.Now().UnixNano()
+		every := sent%256 == 0
+		mu.Unlock()
+		if every {
+			report()
 		}
 		return nil
 	})
-	rctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range relays {
-		r, err := outbox.NewRelay(pool, sender, outbox.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-		if err != nil {
-			stop()
-			return 0, err
+	relay, err := outbox.NewRelay(pool, sender, outbox.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		return err
+	}
+	cmds := make(chan string)
+	go func() {
+		defer close(cmds)
+		for in.Scan() {
+			cmds <- in.Text()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = r.Run(rctx)
-		}()
+	}()
+	out.say("ready")
+	for cmd := range cmds {
+		if cmd != "go" {
+			return fmt.Errorf("want go, got %q", cmd)
+		}
+		mu.Lock()
+		sent, shown = 0, 0
+		mu.Unlock()
+		cpu0 := cpuTime()
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- relay.Run(rctx) }()
+		if err := relayUntilStop(cmds, done, report); err != nil {
+			stop()
+			<-done
+			return err
+		}
+		stop()
+		<-done
+		report()
+		out.say("cpu %f", cpuTime()-cpu0)
 	}
-	select {
-	case <-all:
-	case <-time.After(5 * time.Minute):
+	return nil
+}
+
+// relayUntilStop reports every 20 ms until the parent says stop.
+func relayUntilStop(cmds <-chan string, done <-chan error, report func()) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			report()
+		case err := <-done:
+			return fmt.Errorf("relay stopped: %v", err)
+		case cmd, ok := <-cmds:
+			if !ok || cmd == "stop" {
+				return nil
+			}
+			return fmt.Errorf("want stop, got %q", cmd)
+		}
 	}
-	elapsed := time.Since(start)
-	stop()
-	wg.Wait()
-	if got := sent.Load(); got < int64(n) {
-		return 0, fmt.Errorf("only %d of %d effects sent in %v", got, n, elapsed)
-	}
-	var left int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fencelock.outbox`).Scan(&left); err != nil {
-		return 0, err
-	}
-	if left > 0 {
-		return 0, fmt.Errorf("%d rows left in the outbox after every effect was sent", left)
-	}
-	return float64(n) / elapsed.Seconds(), nil
 }
 
 // riverArgs is the River job of the peer measurement: one effect.
@@ -391,15 +549,17 @@ func outboxRiver(ctx context.Context, e *env, db *pgDB, s *scenario) error {
 		pooled = append(pooled, samples...)
 	}
 	s.set("River InsertTx → worker", "latency_us", newFigure("µs", repMed, pooled))
-	s.Ratios["outbox in-process/River"] = med(s, "commit → Sender, in-process wake-up") / median(repMed)
+	// p50 against p50, each over every sample of the run.
+	s.Ratios["outbox in-process/River"] = p50(s, "commit → Sender, in-process wake-up") / summarize(pooled).Median
 	s.Notes = append(s.Notes, "River v0.51.2 at its defaults (riverpgxv5: LISTEN/NOTIFY, fetch cooldown 100 ms, fetch poll 1 s; MaxWorkers 100), one job at a time, from the start of COMMIT to Work")
 	return nil
 }
 
-// med is the median of a scenario's latency figure, NaN if missing.
-func med(s *scenario, lib string) float64 {
-	if f := s.get(lib, "latency_us"); f != nil {
-		return f.Median
+// p50 is the median of every sample of a scenario's latency figure, NaN
+// if missing.
+func p50(s *scenario, lib string) float64 {
+	if f := s.get(lib, "latency_us"); f != nil && f.Pooled != nil {
+		return f.Pooled.Median
 	}
 	return math.NaN()
 }

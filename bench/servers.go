@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock/testenv"
 )
@@ -32,6 +34,11 @@ func (e *env) startServers(ctx context.Context, pinned bool, pl *placement) erro
 	e.ping = newRedisClient(r.Addr, nil)
 	if info, err := e.ping.Info(ctx, "server").Result(); err == nil {
 		pl.RedisVersion = infoField(info, "redis_version")
+	}
+	if e.cfg.Etcd && (e.cfg.wants("handoff2") || e.cfg.wants("fair")) {
+		if err := e.startEtcd(ctx, pinned, pl); err != nil {
+			return err
+		}
 	}
 
 	if !e.cfg.wants("guard") && !e.cfg.wants("sync") && !e.cfg.wants("outbox") {
@@ -60,6 +67,30 @@ func (e *env) startServers(ctx context.Context, pinned bool, pl *placement) erro
 	return nil
 }
 
+// startEtcd starts the etcd server of the etcd peer, pinned with the
+// other servers.
+func (e *env) startEtcd(ctx context.Context, pinned bool, pl *placement) error {
+	s, err := startEtcd(ctx)
+	if err != nil {
+		return fmt.Errorf("the etcd peer: %w", err)
+	}
+	e.etcd = s
+	if pinned {
+		if _, err := pinGroup(s.PID(), 0); err != nil {
+			return fmt.Errorf("pin etcd: %w", err)
+		}
+	}
+	pl.EtcdCPUs = affinityOf(s.PID())
+	pl.EtcdVersion = s.Version
+	pl.EtcdDataDir = s.DataDir
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	e.etcdc = c
+	return nil
+}
+
 func infoField(info, name string) string {
 	for _, l := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
@@ -71,11 +102,27 @@ func infoField(info, name string) string {
 
 // commandStats reads INFO commandstats: calls per command.
 func commandStats(ctx context.Context, c *redis.Client) (map[string]int64, error) {
+	st, err := commandTimes(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(st))
+	for k, v := range st {
+		out[k] = v.calls
+	}
+	return out, nil
+}
+
+// cmdStat is one command's line of INFO commandstats. A script's usec
+// includes the commands it calls, which are counted on their own lines too.
+type cmdStat struct{ calls, usec int64 }
+
+func commandTimes(ctx context.Context, c *redis.Client) (map[string]cmdStat, error) {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
+	out := map[string]cmdStat{}
 	for _, l := range strings.Split(info, "\n") {
 		l = strings.TrimSpace(l)
 		rest, ok := strings.CutPrefix(l, "cmdstat_")
@@ -86,14 +133,38 @@ func commandStats(ctx context.Context, c *redis.Client) (map[string]int64, error
 		if !ok {
 			continue
 		}
+		var st cmdStat
 		for _, f := range strings.Split(fields, ",") {
 			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				out[name] = n
+				st.calls, _ = strconv.ParseInt(v, 10, 64)
+			} else if v, ok := strings.CutPrefix(f, "usec="); ok {
+				st.usec, _ = strconv.ParseInt(v, 10, 64)
 			}
 		}
+		out[name] = st
 	}
 	return out, nil
+}
+
+// scriptSplit divides the commandstats delta of a run whose library sends
+// only scripts (EVALSHA, EVAL) into the scripts' time and the time of the
+// commands they call, in µs, and counts the commands the server ran.
+func scriptSplit(before, after map[string]cmdStat) (scriptUs, innerUs float64, cmds int64) {
+	for k, a := range after {
+		if k == "info" || strings.HasPrefix(k, "config") || strings.Contains(k, "subscribe") {
+			continue
+		}
+		b := before[k]
+		d := float64(a.usec - b.usec)
+		switch {
+		case strings.HasPrefix(k, "eval") || strings.HasPrefix(k, "fcall"):
+			scriptUs += d
+		default:
+			innerUs += d
+			cmds += a.calls - b.calls
+		}
+	}
+	return scriptUs, innerUs, cmds
 }
 
 // serverCmds is the difference of two commandstats readings: every command
@@ -154,6 +225,7 @@ func librarySettings() map[string]string {
 		"redislock":  fmt.Sprintf("github.com/bsm/redislock, Obtain with TTL %v and RetryStrategy LinearBackoff(%v) (its documented example; no retry by default)", peerTTL, redislockBackoff),
 		fastPollName: fmt.Sprintf("informational only, in handoff and contended: redislock with LinearBackoff(%v), not its documented setting; never used as the best peer in a goal", fastPollBackoff),
 		todayName:    "fence before the queue of waiters (bench/internal/prequeue, a frozen copy of fence at commit a7243a4), same defaults: the baseline of the fair lock's goals, measured in the same run; never a peer",
+		etcdName:     "etcd's concurrency.Mutex (go.etcd.io/etcd/client/v3), one client per process, one session (default TTL 60 s) per goroutine, a NewMutex per acquisition, on a single-member etcd server the bench starts (data directory on tmpfs where there is one: the bench's Redis persists nothing and its Postgres runs with fsync off): a peer in handoff2 and fair only",
 		"go-redis":   fmt.Sprintf("each library has its own go-redis v9 client, PoolSize %d (default would be 10 with GOMAXPROCS=1)", poolSize),
 	}
 }
@@ -168,6 +240,10 @@ func (e *env) close() {
 	if e.ping != nil {
 		_ = e.ping.Close()
 	}
+	if e.etcdc != nil {
+		_ = e.etcdc.Close()
+	}
+	e.etcd.Stop()
 	if e.redis != nil {
 		_ = e.redis.Stop()
 	}

@@ -1,0 +1,565 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// The handover between two processes (issue "a fair lock across
+// processes": "handoff (2 processes) median ≤ 2× PING, ≥ 3× better than
+// today"): the holder is this process, the waiter another process, already
+// queued when the release starts; the gap runs from the start of Release
+// to the waiter's Acquire returning, both read on the system's real-time
+// clock, which the two processes share. The floor of any handover a
+// message carries is measured the same way: a PUBLISH from this process
+// to a subscriber in another.
+
+// crossLibs are the libraries of the cross-process scenarios: fence, the
+// pre-queue library and, when the run has an etcd server, etcd.
+func (e *env) crossLibs() []string {
+	libs := []string{"fence", todayName}
+	if e.etcd != nil {
+		libs = append(libs, etcdName)
+	}
+	return libs
+}
+
+// role is a child role with this run's servers.
+func (e *env) role(kind, lib string) role {
+	r := role{Kind: kind, Lib: lib, Redis: e.redis.Addr}
+	if e.etcd != nil {
+		r.Etcd = e.etcd.Endpoint
+	}
+	return r
+}
+
+const (
+	floorName    = "PUBLISH → subscriber"
+	etcdWatchRev = "etcd watch from the Get's revision"
+	etcdWatchNxt = "etcd watch from the next revision"
+	gapAtOnce    = "gap_us"
+	gapAfterHold = "gap_after_hold_us"
+)
+
+func runHandoff2(ctx context.Context, e *env, res *results) error {
+	s := res.scenario("handoff2")
+	n, hold := e.cfg.HandoffRounds, e.cfg.HandoffHold
+	repMed := map[string][]float64{} // "<row>|<metric>"
+	pooled := map[string][]float64{}
+	add := func(row, metric string, gaps []float64) {
+		k := row + "|" + metric
+		repMed[k] = append(repMed[k], median(gaps))
+		pooled[k] = append(pooled[k], gaps...)
+	}
+	libs := e.crossLibs()
+	// The other processes live through every repetition, as deployed
+	// processes do.
+	sub, err := startSubscriber(ctx, e)
+	if err != nil {
+		return fmt.Errorf("PUBLISH floor: %w", err)
+	}
+	defer sub.stop()
+	pairs := map[string]*handoffPair{}
+	defer func() {
+		for _, p := range pairs {
+			p.close()
+		}
+	}()
+	for _, lib := range libs {
+		p, err := newHandoffPair(ctx, e, lib)
+		if err != nil {
+			return fmt.Errorf("%s: %w", lib, err)
+		}
+		pairs[lib] = p
+	}
+	var watchers [2]*child
+	if e.etcd != nil {
+		for i := range watchers {
+			r := e.role("etcdwatch", etcdName)
+			r.Name = etcdPrefix + "watch-probe"
+			if watchers[i], err = startChild(ctx, r); err != nil {
+				return fmt.Errorf("etcd watch: %w", err)
+			}
+			defer watchers[i].stop()
+		}
+	}
+	var slow, seen int
+	for rep := 0; rep < e.cfg.Reps; rep++ {
+		pm, pp, err := interleaved(ctx, 1, 200, []op{e.pingOp()})
+		if err != nil {
+			return err
+		}
+		repMed["PING|"+gapAtOnce] = append(repMed["PING|"+gapAtOnce], pm["PING"][0])
+		pooled["PING|"+gapAtOnce] = append(pooled["PING|"+gapAtOnce], pp["PING"]...)
+		idle, err := idlePings(ctx, e.ping, n, hold)
+		if err != nil {
+			return err
+		}
+		add("PING", gapAfterHold, idle)
+		now, after, err := publishFloor(ctx, e, sub, n, hold)
+		if err != nil {
+			return fmt.Errorf("PUBLISH floor: %w", err)
+		}
+		add(floorName, gapAtOnce, now)
+		add(floorName, gapAfterHold, after)
+		for i := range libs {
+			lib := libs[(i+rep)%len(libs)]
+			h, err := pairs[lib].run(ctx, e, n, hold)
+			if err != nil {
+				return fmt.Errorf("%s: %w", lib, err)
+			}
+			add(lib, gapAtOnce, h.atOnce)
+			add(lib, gapAfterHold, h.afterHold)
+			slow += h.slowWatchers
+			seen += h.etcdRounds
+			settle()
+		}
+		if e.etcd != nil {
+			for i, next := range []bool{false, true} {
+				gaps, err := etcdWatchProbe(ctx, e, watchers[i], next, n)
+				if err != nil {
+					return fmt.Errorf("etcd watch: %w", err)
+				}
+				row := etcdWatchRev
+				if next {
+					row = etcdWatchNxt
+				}
+				add(row, gapAtOnce, gaps)
+			}
+		}
+	}
+	rows := append([]string{"PING", floorName}, libs...)
+	if e.etcd != nil {
+		rows = append(rows, etcdWatchRev, etcdWatchNxt)
+	}
+	for _, row := range rows {
+		for _, m := range []string{gapAtOnce, gapAfterHold} {
+			if v, ok := repMed[row+"|"+m]; ok {
+				s.set(row, m, newFigure("µs", v, pooled[row+"|"+m]))
+			}
+		}
+	}
+	r := func(a, b, m string) float64 { return pairedRatio(repMed[a+"|"+m], repMed[b+"|"+m]) }
+	for _, v := range []struct{ suffix, m string }{{"", gapAtOnce}, {" after hold", gapAfterHold}} {
+		s.Ratios["fence/PING"+v.suffix] = r("fence", "PING", v.m)
+		s.Ratios["floor/PING"+v.suffix] = r(floorName, "PING", v.m)
+		s.Ratios["fence/floor"+v.suffix] = r("fence", floorName, v.m)
+		s.Ratios[todayName+"/fence"+v.suffix] = r(todayName, "fence", v.m)
+		s.Ratios[todayName+"/PING"+v.suffix] = r(todayName, "PING", v.m)
+		if e.etcd != nil {
+			s.Ratios[etcdName+"/fence"+v.suffix] = r(etcdName, "fence", v.m)
+		}
+	}
+	if e.etcd != nil {
+		s.Extra["etcd_rounds_waiter_watch_unsynced"] = slow
+		s.Extra["etcd_rounds"] = seen
+	}
+	s.Notes = append(s.Notes,
+		fmt.Sprintf("2 processes, one name: this process holds the lock, a waiter process (its own go-redis and lock client, or etcd client) calls Acquire; once the waiter is queued (fence: its WaitObserver fired, it is in the name's queue and subscribed; %s: its WaitObserver fired and it is subscribed; etcd: its key is under the mutex's prefix and its watch exists on the server) the holder releases, at once (%s) or after %v more (%s); gap = from the start of Release to the waiter's Acquire returning, on the real-time clock both processes read. %d handoffs per library and variant per repetition.", todayName, gapAtOnce, hold, gapAfterHold, n),
+		fmt.Sprintf("PING: %s = back-to-back PINGs (hot), %s = one PING after %v without traffic (the same idle as the held lock). %s: the floor of any handover a message carries: a PUBLISH from this process, received by a go-redis subscriber in another process (ReceiveMessage), from the start of PUBLISH to its receipt, after a PING (%s) or after %v idle (%s).", gapAtOnce, gapAfterHold, hold, floorName, gapAtOnce, hold, gapAfterHold))
+	if e.etcd != nil {
+		s.Notes = append(s.Notes, fmt.Sprintf("etcd: concurrency.Mutex (client go.etcd.io/etcd/client/v3, server %s, one session per locker). Its waiter watches its predecessor's key from the revision its Get read: such a watch starts unsynced, and etcd delivers an unsynced watcher's events only when its sync loop runs (every 100 ms). The two etcd watch rows time a bare watch the same way (a child watches a key, this process deletes it at once): from the Get's revision, as the Mutex does, and from the next revision. In this run the waiter's watch was unsynced when the holder released in %d of %d etcd handoffs (etcd_debugging_mvcc_slow_watcher_total ≥ 1 at the release).", e.etcdVersion(), slow, seen))
+	}
+	return nil
+}
+
+// idlePings times PINGs each sent after hold without traffic, in µs.
+func idlePings(ctx context.Context, c *redis.Client, n int, hold time.Duration) ([]float64, error) {
+	var out []float64
+	for range n {
+		time.Sleep(hold)
+		t0 := time.Now()
+		if err := c.Ping(ctx).Err(); err != nil {
+			return nil, err
+		}
+		out = append(out, us(time.Since(t0)))
+	}
+	return out, nil
+}
+
+const floorChannel = "bench:floor"
+
+func startSubscriber(ctx context.Context, e *env) (*child, error) {
+	r := e.role("subscriber", "")
+	r.Name = floorChannel
+	return startChild(ctx, r)
+}
+
+// publishFloor times PUBLISH from this process to the subscriber process,
+// after a PING and after hold idle, in µs.
+func publishFloor(ctx context.Context, e *env, sub *child, rounds int, hold time.Duration) (atOnce, afterHold []float64, err error) {
+	for _, wait := range []time.Duration{0, hold} {
+		for range rounds {
+			if wait > 0 {
+				time.Sleep(wait)
+			} else if err := e.ping.Ping(ctx).Err(); err != nil {
+				return nil, nil, err
+			}
+			t0 := time.Now().UnixNano()
+			if err := e.ping.Publish(ctx, floorChannel, "x").Err(); err != nil {
+				return nil, nil, err
+			}
+			t1, err := sub.expectInt(ctx, "got", 10*time.Second)
+			if err != nil {
+				return nil, nil, err
+			}
+			g := float64(t1-t0) / 1e3
+			if wait > 0 {
+				afterHold = append(afterHold, g)
+			} else {
+				atOnce = append(atOnce, g)
+			}
+		}
+	}
+	return atOnce, afterHold, nil
+}
+
+// subscriberRole: subscribe, then say "got <unix ns>" for every message.
+func subscriberRole(r role, in *bufio.Scanner, out *lineWriter) error {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: r.Redis})
+	defer rdb.Close()
+	ps := rdb.Subscribe(ctx, r.Name)
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		return fmt.Errorf("subscribe: %w", err)
+	}
+	closed := make(chan struct{})
+	go func() { waitForEOF(in); close(closed); _ = ps.Close() }()
+	out.say("ready")
+	for {
+		if _, err := ps.ReceiveMessage(ctx); err != nil {
+			select {
+			case <-closed:
+				return nil
+			default:
+				return err
+			}
+		}
+		out.say("got %d", time.Now().UnixNano())
+	}
+}
+
+type handoffGaps struct {
+	atOnce, afterHold []float64
+	// etcd: rounds, and those whose waiter's watch was unsynced at the
+	// release.
+	etcdRounds, slowWatchers int
+}
+
+// handoffPair is a holder in this process and a waiter process of one
+// library.
+type handoffPair struct {
+	lib    string
+	name   string
+	holder locker
+	waiter *child
+}
+
+func newHandoffPair(ctx context.Context, e *env, lib string) (*handoffPair, error) {
+	r := e.role("waiter", lib)
+	r.Name = "handoff2"
+	holder, err := openLib(r, nil)
+	if err != nil {
+		return nil, err
+	}
+	w, err := startChild(ctx, r)
+	if err != nil {
+		holder.Close()
+		return nil, err
+	}
+	return &handoffPair{lib: lib, name: r.Name, holder: holder, waiter: w}, nil
+}
+
+func (p *handoffPair) close() {
+	p.waiter.stop()
+	p.holder.Close()
+}
+
+// run hands the lock over from this process to the waiter process,
+// rounds times released at once and rounds times after hold.
+func (p *handoffPair) run(ctx context.Context, e *env, rounds int, hold time.Duration) (handoffGaps, error) {
+	var g handoffGaps
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	const limit = 30 * time.Second
+	w := p.waiter
+	for _, wait := range []time.Duration{0, hold} {
+		for range rounds {
+			h, err := p.holder.Acquire(ctx, p.name)
+			if err != nil {
+				return g, err
+			}
+			if err := w.send("acquire"); err != nil {
+				return g, err
+			}
+			if p.lib != etcdName {
+				if _, err := w.expect(ctx, "waiting", limit); err != nil {
+					return g, err
+				}
+			}
+			slow, err := e.waitQueued(ctx, p.lib, p.name)
+			if err != nil {
+				return g, err
+			}
+			if p.lib == etcdName {
+				g.etcdRounds++
+				if slow {
+					g.slowWatchers++
+				}
+			}
+			if wait > 0 {
+				time.Sleep(wait)
+			}
+			t0 := time.Now().UnixNano()
+			if err := h.Release(ctx); err != nil {
+				return g, fmt.Errorf("release: %w", err)
+			}
+			t1, err := w.expectInt(ctx, "acquired", limit)
+			if err != nil {
+				return g, err
+			}
+			if _, err := w.expect(ctx, "released", limit); err != nil {
+				return g, err
+			}
+			gap := float64(t1-t0) / 1e3
+			if wait > 0 {
+				g.afterHold = append(g.afterHold, gap)
+			} else {
+				g.atOnce = append(g.atOnce, gap)
+			}
+		}
+	}
+	return g, nil
+}
+
+// waitQueued polls the server until the other process' waiter is queued on
+// name: for fence, in the name's queue and subscribed to its channel; for
+// the pre-queue library, subscribed; for etcd, its key is under the
+// mutex's prefix and a watch exists. slow: etcd's watch is unsynced.
+func (e *env) waitQueued(ctx context.Context, lib, name string) (slow bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		ok, slow, err := e.queued(ctx, lib, name)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			return slow, nil
+		}
+		if ctx.Err() != nil {
+			return false, fmt.Errorf("%s: the waiter process did not queue on %q within 30s", lib, name)
+		}
+		// The waiter shares this process' CPU: do not spin.
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+func (e *env) queued(ctx context.Context, lib, name string) (ok, slow bool, err error) {
+	switch lib {
+	case "fence":
+		n, err := e.ping.HLen(ctx, "fence:{"+name+"}:w").Result()
+		if err != nil || n != 1 {
+			return false, false, err
+		}
+		subs, err := e.subscribers(ctx, "fence:{"+name+"}:ch")
+		return subs >= 1, false, err
+	case todayName:
+		subs, err := e.subscribers(ctx, "today:{"+name+"}:ch")
+		return subs >= 1, false, err
+	case etcdName:
+		resp, err := e.etcdc.Get(ctx, etcdPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 2 {
+			return false, false, err
+		}
+		m, err := e.etcd.metrics(ctx, "etcd_debugging_mvcc_watcher_total", "etcd_debugging_mvcc_slow_watcher_total")
+		if err != nil {
+			return false, false, err
+		}
+		return m["etcd_debugging_mvcc_watcher_total"] >= 1, m["etcd_debugging_mvcc_slow_watcher_total"] >= 1, nil
+	}
+	return false, false, fmt.Errorf("no queue probe for %q", lib)
+}
+
+// subscribers counts the subscriptions to a channel, plain and sharded.
+func (e *env) subscribers(ctx context.Context, ch string) (int64, error) {
+	plain, err := e.ping.PubSubNumSub(ctx, ch).Result()
+	if err != nil {
+		return 0, err
+	}
+	shard, err := e.ping.PubSubShardNumSub(ctx, ch).Result()
+	if err != nil {
+		return 0, err
+	}
+	return plain[ch] + shard[ch], nil
+}
+
+// waiterRole: on "acquire", Acquire the name, say "acquired <unix ns>",
+// release it and say "released". It says "waiting" when its library's
+// WaitObserver fires.
+func waiterRole(r role, in *bufio.Scanner, out *lineWriter) error {
+	var onWait waitFunc
+	if r.Lib != etcdName {
+		onWait = func(context.Context) { out.say("waiting") }
+	}
+	l, err := openLib(r, onWait)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	out.say("ready")
+	for {
+		cmd, err := nextCommand(in)
+		if errors.Is(err, errStdinClosed) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if cmd != "acquire" {
+			return fmt.Errorf("unknown command %q", cmd)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		h, err := l.Acquire(ctx, r.Name)
+		t1 := time.Now().UnixNano()
+		if err != nil {
+			cancel()
+			return fmt.Errorf("acquire: %w", err)
+		}
+		out.say("acquired %d", t1)
+		err = h.Release(ctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("release: %w", err)
+		}
+		out.say("released")
+	}
+}
+
+// etcdWatchProbe times a bare etcd watch across processes: this process
+// creates a key, a child watches it (from the revision its Get read, or
+// the next one), this process deletes it at once; µs from the start of
+// the delete to the child's event.
+func etcdWatchProbe(ctx context.Context, e *env, w *child, next bool, rounds int) ([]float64, error) {
+	key := etcdPrefix + "watch-probe"
+	from := "rev"
+	if next {
+		from = "next"
+	}
+	var gaps []float64
+	for range rounds {
+		if _, err := e.etcdc.Put(ctx, key, ""); err != nil {
+			return nil, err
+		}
+		// Another write, so that the Get's revision is past the key's
+		// creation, as a Mutex waiter's Get is past its predecessor's.
+		if _, err := e.etcdc.Put(ctx, key+"-bump", ""); err != nil {
+			return nil, err
+		}
+		if err := w.send("watch %s", from); err != nil {
+			return nil, err
+		}
+		if _, err := w.expect(ctx, "watching", 30*time.Second); err != nil {
+			return nil, err
+		}
+		t0 := time.Now().UnixNano()
+		if _, err := e.etcdc.Delete(ctx, key); err != nil {
+			return nil, err
+		}
+		t1, err := w.expectInt(ctx, "deleted", 30*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		gaps = append(gaps, float64(t1-t0)/1e3)
+	}
+	return gaps, nil
+}
+
+// etcdWatchRole: on "watch rev|next", Get the key, watch it from the
+// Get's revision (or the next), say "watching" once the server has the
+// watch, and "deleted <unix ns>" at its delete event.
+func etcdWatchRole(r role, in *bufio.Scanner, out *lineWriter) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{r.Etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	out.say("ready")
+	for {
+		cmd, err := nextCommand(in)
+		if errors.Is(err, errStdinClosed) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		from, ok := strings.CutPrefix(cmd, "watch ")
+		if !ok {
+			return fmt.Errorf("unknown command %q", cmd)
+		}
+		t1, err := watchDelete(cli, r.Name, from == "next", out)
+		if err != nil {
+			return err
+		}
+		out.say("deleted %d", t1)
+	}
+}
+
+func watchDelete(cli *clientv3.Client, key string, next bool, out *lineWriter) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := cli.Get(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	rev := g.Header.Revision
+	if next {
+		rev++
+	}
+	wch := cli.Watch(ctx, key, clientv3.WithRev(rev), clientv3.WithCreatedNotify())
+	if wr := <-wch; !wr.Created {
+		return 0, fmt.Errorf("watch of %s not created: %v", key, wr.Err())
+	}
+	out.say("watching")
+	for wr := range wch {
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return time.Now().UnixNano(), nil
+			}
+		}
+		if err := wr.Err(); err != nil {
+			return 0, err
+		}
+	}
+	return 0, errors.New("watch of " + key + " ended without its delete")
+}
+
+func (e *env) etcdVersion() string {
+	if e.etcd == nil {
+		return ""
+	}
+	return e.etcd.Version
+}
+
+// parseInts parses space-separated integers.
+func parseInts(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Fields(s) {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
