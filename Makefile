@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: test demo deps vet tidy chaos bench
+.PHONY: test demo deps deps-bench vet tidy chaos bench
 
 # deps: redis-server and pgbouncer from Debian when missing (root), or a clear stop.
 # Postgres 15 server binaries are expected at /usr/lib/postgresql/15/bin.
@@ -44,6 +44,21 @@ deps:
 	  fi; \
 	fi
 
+# deps-bench: what make bench needs besides deps: etcd-server from Debian
+# when missing (root), or a clear stop. The bench starts its own etcd on
+# free loopback ports as the peer of the fair lock's scenarios; make test
+# needs none.
+deps-bench: deps
+	@if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing etcd-server (Debian package etcd-server; the bench starts its own etcd as a peer)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null) \
+	      || { echo "make: apt-get install etcd-server failed" >&2; exit 1; }; \
+	  else \
+	    echo "make: etcd is missing: install the Debian package etcd-server (sudo apt-get install etcd-server), or run the bench without the etcd peer: cd bench && go run . -etcd=false" >&2; exit 1; \
+	  fi; \
+	fi
+
 # Every module of the repository: each directory that holds a go.mod (the
 # library at the root; bench, chaos, otel, examples/sqlx-gorm, ...).
 MODULES := $(sort $(patsubst ./%,%,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path '*/testdata/*'))))
@@ -81,12 +96,14 @@ test: deps vet tidy
 demo: deps
 	$(GO) run ./examples/inventory-sync
 
-# bench: fencelock against redsync and bsm/redislock, one Redis, one run,
-# pinned (servers on CPU 0, client on CPU 1). Prints a markdown table,
-# writes bench/results/latest.json, latest.md and the headline charts
-# (bench/results/*.svg, drawn from those results), and ends with one JSON
-# line. ~5 min.
-bench: deps
+# bench: fencelock against redsync and bsm/redislock (and, in the fair
+# lock's scenarios, the pre-queue fence and etcd's Mutex), one run, pinned
+# (servers on CPU 0, the bench and its child processes on CPU 1). Prints a
+# markdown table, writes bench/results/latest.json, latest.md, the
+# headline charts (bench/results/*.svg) and the results part of
+# bench/README.md, all from those results, and ends with one JSON line.
+# ~7 min.
+bench: deps-bench
 	cd bench && $(GO) run . -out results/latest.json
 
 # chaos: the fault-injection suite (issue 6). A guard-off control run (it
