@@ -102,7 +102,7 @@ demo: deps
 # markdown table, writes bench/results/latest.json, latest.md, the
 # headline charts (bench/results/*.svg) and the results part of
 # bench/README.md, all from those results, and ends with one JSON line.
-# ~7 min.
+# ~11 min.
 bench: deps-bench
 	cd bench && $(GO) run . -out results/latest.json
 

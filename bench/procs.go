@@ -302,3 +302,16 @@ func nextCommand(in *bufio.Scanner) (string, error) {
 	}
 	return in.Text(), nil
 }
+
+// parseInts parses space-separated integers.
+func parseInts(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Fields(s) {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -52,92 +51,132 @@ const (
 )
 
 func runHandoff2(ctx context.Context, e *env, res *results) error {
-	s := res.scenario("handoff2")
-	n, hold := e.cfg.HandoffRounds, e.cfg.HandoffHold
-	repMed := map[string][]float64{} // "<row>|<metric>"
-	pooled := map[string][]float64{}
-	add := func(row, metric string, gaps []float64) {
-		k := row + "|" + metric
-		repMed[k] = append(repMed[k], median(gaps))
-		pooled[k] = append(pooled[k], gaps...)
+	h, err := startHandoff2(ctx, e)
+	if err != nil {
+		return err
 	}
-	libs := e.crossLibs()
-	// The other processes live through every repetition, as deployed
-	// processes do.
-	sub, err := startSubscriber(ctx, e)
+	defer h.close()
+	for rep := 0; rep < e.cfg.Reps; rep++ {
+		if err := h.rep(ctx, e, rep); err != nil {
+			return err
+		}
+	}
+	h.report(e, res.scenario("handoff2"))
+	return nil
+}
+
+// handoff2 is the scenario's processes, which live through every
+// repetition as deployed processes do, and its samples.
+type handoff2 struct {
+	libs     []string
+	sub      *child                  // the floor's subscriber
+	pairs    map[string]*handoffPair // per library
+	watchers [2]*child               // etcd's bare watch: from the Get's revision, from the next
+	repMed   map[string][]float64    // "<row>|<metric>": per repetition
+	pooled   map[string][]float64
+	// etcd handoffs, and those whose waiter's watch was unsynced at the
+	// release.
+	seen, slow int
+}
+
+func startHandoff2(ctx context.Context, e *env) (_ *handoff2, err error) {
+	h := &handoff2{libs: e.crossLibs(), pairs: map[string]*handoffPair{}, repMed: map[string][]float64{}, pooled: map[string][]float64{}}
+	defer func() {
+		if err != nil {
+			h.close()
+		}
+	}()
+	if h.sub, err = startSubscriber(ctx, e); err != nil {
+		return nil, fmt.Errorf("PUBLISH floor: %w", err)
+	}
+	for _, lib := range h.libs {
+		p, err := newHandoffPair(ctx, e, lib)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", lib, err)
+		}
+		h.pairs[lib] = p
+	}
+	if e.etcd != nil {
+		for i := range h.watchers {
+			r := e.role("etcdwatch", etcdName)
+			r.Name = etcdPrefix + "watch-probe"
+			if h.watchers[i], err = startChild(ctx, r); err != nil {
+				return nil, fmt.Errorf("etcd watch: %w", err)
+			}
+		}
+	}
+	return h, nil
+}
+
+func (h *handoff2) close() {
+	if h.sub != nil {
+		h.sub.stop()
+	}
+	for _, p := range h.pairs {
+		p.close()
+	}
+	for _, w := range h.watchers {
+		if w != nil {
+			w.stop()
+		}
+	}
+}
+
+func (h *handoff2) add(row, metric string, gaps []float64) {
+	k := row + "|" + metric
+	h.repMed[k] = append(h.repMed[k], median(gaps))
+	h.pooled[k] = append(h.pooled[k], gaps...)
+}
+
+// rep measures one repetition: the PINGs, the floor, each library's
+// handoffs (order rotated) and etcd's bare watch.
+func (h *handoff2) rep(ctx context.Context, e *env, rep int) error {
+	n, hold := e.cfg.HandoffRounds, e.cfg.HandoffHold
+	_, pp, err := interleaved(ctx, 1, 200, []op{e.pingOp()})
+	if err != nil {
+		return err
+	}
+	h.add("PING", gapAtOnce, pp["PING"])
+	idle, err := idlePings(ctx, e.ping, n, hold)
+	if err != nil {
+		return err
+	}
+	h.add("PING", gapAfterHold, idle)
+	now, after, err := publishFloor(ctx, e, h.sub, n, hold)
 	if err != nil {
 		return fmt.Errorf("PUBLISH floor: %w", err)
 	}
-	defer sub.stop()
-	pairs := map[string]*handoffPair{}
-	defer func() {
-		for _, p := range pairs {
-			p.close()
-		}
-	}()
-	for _, lib := range libs {
-		p, err := newHandoffPair(ctx, e, lib)
+	h.add(floorName, gapAtOnce, now)
+	h.add(floorName, gapAfterHold, after)
+	for i := range h.libs {
+		lib := h.libs[(i+rep)%len(h.libs)]
+		g, err := h.pairs[lib].run(ctx, e, n, hold)
 		if err != nil {
 			return fmt.Errorf("%s: %w", lib, err)
 		}
-		pairs[lib] = p
+		h.add(lib, gapAtOnce, g.atOnce)
+		h.add(lib, gapAfterHold, g.afterHold)
+		h.slow += g.slowWatchers
+		h.seen += g.etcdRounds
+		settle()
 	}
-	var watchers [2]*child
-	if e.etcd != nil {
-		for i := range watchers {
-			r := e.role("etcdwatch", etcdName)
-			r.Name = etcdPrefix + "watch-probe"
-			if watchers[i], err = startChild(ctx, r); err != nil {
-				return fmt.Errorf("etcd watch: %w", err)
-			}
-			defer watchers[i].stop()
-		}
+	if e.etcd == nil {
+		return nil
 	}
-	var slow, seen int
-	for rep := 0; rep < e.cfg.Reps; rep++ {
-		pm, pp, err := interleaved(ctx, 1, 200, []op{e.pingOp()})
+	for i, row := range []string{etcdWatchRev, etcdWatchNxt} {
+		gaps, err := etcdWatchProbe(ctx, e, h.watchers[i], i == 1, n)
 		if err != nil {
-			return err
+			return fmt.Errorf("etcd watch: %w", err)
 		}
-		repMed["PING|"+gapAtOnce] = append(repMed["PING|"+gapAtOnce], pm["PING"][0])
-		pooled["PING|"+gapAtOnce] = append(pooled["PING|"+gapAtOnce], pp["PING"]...)
-		idle, err := idlePings(ctx, e.ping, n, hold)
-		if err != nil {
-			return err
-		}
-		add("PING", gapAfterHold, idle)
-		now, after, err := publishFloor(ctx, e, sub, n, hold)
-		if err != nil {
-			return fmt.Errorf("PUBLISH floor: %w", err)
-		}
-		add(floorName, gapAtOnce, now)
-		add(floorName, gapAfterHold, after)
-		for i := range libs {
-			lib := libs[(i+rep)%len(libs)]
-			h, err := pairs[lib].run(ctx, e, n, hold)
-			if err != nil {
-				return fmt.Errorf("%s: %w", lib, err)
-			}
-			add(lib, gapAtOnce, h.atOnce)
-			add(lib, gapAfterHold, h.afterHold)
-			slow += h.slowWatchers
-			seen += h.etcdRounds
-			settle()
-		}
-		if e.etcd != nil {
-			for i, next := range []bool{false, true} {
-				gaps, err := etcdWatchProbe(ctx, e, watchers[i], next, n)
-				if err != nil {
-					return fmt.Errorf("etcd watch: %w", err)
-				}
-				row := etcdWatchRev
-				if next {
-					row = etcdWatchNxt
-				}
-				add(row, gapAtOnce, gaps)
-			}
-		}
+		h.add(row, gapAtOnce, gaps)
 	}
+	return nil
+}
+
+// report sets the scenario's figures, ratios and notes.
+func (h *handoff2) report(e *env, s *scenario) {
+	n, hold := e.cfg.HandoffRounds, e.cfg.HandoffHold
+	libs, repMed, pooled, slow, seen := h.libs, h.repMed, h.pooled, h.slow, h.seen
 	rows := append([]string{"PING", floorName}, libs...)
 	if e.etcd != nil {
 		rows = append(rows, etcdWatchRev, etcdWatchNxt)
@@ -170,7 +209,6 @@ func runHandoff2(ctx context.Context, e *env, res *results) error {
 	if e.etcd != nil {
 		s.Notes = append(s.Notes, fmt.Sprintf("etcd: concurrency.Mutex (client go.etcd.io/etcd/client/v3, server %s, one session per locker). Its waiter watches its predecessor's key from the revision its Get read: such a watch starts unsynced, and etcd delivers an unsynced watcher's events only when its sync loop runs (every 100 ms). The two etcd watch rows time a bare watch the same way (a child watches a key, this process deletes it at once): from the Get's revision, as the Mutex does, and from the next revision. In this run the waiter's watch was unsynced when the holder released in %d of %d etcd handoffs (etcd_debugging_mvcc_slow_watcher_total ≥ 1 at the release).", e.etcdVersion(), slow, seen))
 	}
-	return nil
 }
 
 // idlePings times PINGs each sent after hold without traffic, in µs.
@@ -549,17 +587,4 @@ func (e *env) etcdVersion() string {
 		return ""
 	}
 	return e.etcd.Version
-}
-
-// parseInts parses space-separated integers.
-func parseInts(s string) ([]int64, error) {
-	var out []int64
-	for _, f := range strings.Fields(s) {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
