@@ -1,0 +1,218 @@
+package natsoutbox_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsoutbox "github.com/fencelock/fencelock/examples/outbox-nats"
+	"github.com/fencelock/fencelock/outbox"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// An effect recorded in a fenced transaction reaches the stream once its
+// transaction has committed: on its subject, with its payload, its own
+// headers, the four fencing headers and its key as Nats-Msg-Id.
+func TestDeliveryHeaders(t *testing.T) {
+	ns := newNATS(t)
+	js := ns.connect(t)
+	db := newDB(t)
+	sender, err := natsoutbox.NewSender(js)
+	require.NoError(t, err)
+	relay := newRelay(t, db, sender)
+	s := stream(t, js, relay.MaxRedeliveryDelay())
+
+	record(t, db, lease{"stock-sync:eu", 42, "worker-a"}, outbox.Effect{
+		Destination: "nats://stock.eu", Key: "stock-sync:eu:batch-7", Payload: []byte(`{"sku-1": 5}`),
+		Header: http.Header{"Content-Type": {"application/json"}, "X-Batch": {"7", "of 9"}},
+	})
+	startRelay(t, relay)
+	drained(t, db)
+
+	msgs := messages(t, s)
+	require.Len(t, msgs, 1)
+	m := msgs[0]
+	assert.Equal(t, "stock.eu", m.Subject)
+	assert.Equal(t, `{"sku-1": 5}`, string(m.Data))
+	for name, want := range map[string][]string{
+		"Idempotency-Key": {"stock-sync:eu:batch-7"}, "Nats-Msg-Id": {"stock-sync:eu:batch-7"},
+		"Fencing-Token": {"42"}, "Fencing-Resource": {"stock-sync:eu"}, "Fencing-Holder": {"worker-a"},
+		"Content-Type": {"application/json"}, "X-Batch": {"7", "of 9"},
+	} {
+		assert.Equal(t, want, m.Header.Values(name), "header %s", name)
+	}
+	assert.Equal(t, outbox.RelayStats{Claimed: 1, Sent: 1}, relay.Stats())
+}
+
+// flakyAck publishes for real, then reports the first attempt at each key
+// as failed, as when the acknowledgement is lost (the server stores the
+// message and its answer does not arrive within the send timeout). after,
+// if set, runs between the publish and the failure.
+type flakyAck struct {
+	inner outbox.Sender
+	after func()
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (f *flakyAck) Send(ctx context.Context, d outbox.Delivery) error {
+	err := f.inner.Send(ctx, d)
+	f.mu.Lock()
+	f.calls[d.Key]++
+	first := f.calls[d.Key] == 1
+	f.mu.Unlock()
+	if err != nil || !first {
+		return err
+	}
+	if f.after != nil {
+		f.after()
+	}
+	return errors.New("test: the acknowledgement was lost")
+}
+
+func (f *flakyAck) count(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[key]
+}
+
+// The same effect published twice (the first acknowledgement lost) is
+// stored once: the retry carries the same Nats-Msg-Id, within the window.
+func TestSentTwiceStoredOnce(t *testing.T) {
+	ns := newNATS(t)
+	js := ns.connect(t)
+	db := newDB(t)
+	sender, err := natsoutbox.NewSender(js)
+	require.NoError(t, err)
+	flaky := &flakyAck{inner: sender, calls: map[string]int{}}
+	relay := newRelay(t, db, flaky)
+	s := stream(t, js, relay.MaxRedeliveryDelay())
+
+	record(t, db, lease{"stock-sync:eu", 7, "worker-a"},
+		outbox.Effect{Destination: "nats://stock.eu", Key: "batch-1", Payload: []byte("one")},
+		outbox.Effect{Destination: "nats://stock.us", Key: "batch-2", Payload: []byte("two")})
+	startRelay(t, relay)
+	drained(t, db)
+
+	assert.Equal(t, 2, flaky.count("batch-1"), "published twice")
+	assert.Equal(t, 2, flaky.count("batch-2"), "published twice")
+	msgs := messages(t, s)
+	var keys []string
+	for _, m := range msgs {
+		keys = append(keys, m.Header.Get("Nats-Msg-Id"))
+	}
+	assert.ElementsMatch(t, []string{"batch-1", "batch-2"}, keys, "stored once each")
+	st := relay.Stats()
+	assert.Equal(t, uint64(2), st.Failed)
+	assert.Equal(t, uint64(2), st.Sent)
+}
+
+// Every failure the effect itself causes leaves a dead row at once, with
+// the reason; a publish nobody acknowledges in time is retried.
+func TestTerminalDeadRows(t *testing.T) {
+	ns := newNATS(t)
+	js := ns.connect(t)
+	db := newDB(t)
+	ctx := ctxT(t)
+	stream(t, js, time.Minute)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SMALL", Subjects: []string{"small.>"}, MaxMsgSize: 512})
+	require.NoError(t, err)
+	// A plain subscriber that never answers: a JetStream publish to its
+	// subject waits for an acknowledgement that does not come.
+	nc := js.Conn()
+	sub, err := nc.SubscribeSync("slow.eu")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+	cases := []struct {
+		effect outbox.Effect
+		reason string
+	}{
+		{outbox.Effect{Destination: "https://shop.example/stock"}, "not a NATS destination"},
+		{outbox.Effect{Destination: "nats://"}, "no subject after nats://"},
+		{outbox.Effect{Destination: "nats://stock..eu"}, "empty token"},
+		{outbox.Effect{Destination: "nats://stock.*"}, `wildcard "*"`},
+		{outbox.Effect{Destination: "nats://stock eu"}, "whitespace"},
+		{outbox.Effect{Destination: "nats://$JS.API.STREAM.DELETE.STOCK"}, "server's own APIs"},
+		{outbox.Effect{Destination: "nats://nowhere.eu"}, "no JetStream stream takes this subject"},
+		{outbox.Effect{Destination: "nats://stock.eu", Payload: make([]byte, outbox.MaxPayload)}, "larger than the server's max_payload"},
+		{outbox.Effect{Destination: "nats://small.eu", Payload: make([]byte, 600)}, "message size exceeds maximum allowed"},
+		{outbox.Effect{Destination: "nats://stock.eu", Header: http.Header{"Nats-Msg-Id": {"mine"}}}, "sets header Nats-Msg-Id"},
+	}
+	var effects []outbox.Effect
+	for i, c := range cases {
+		c.effect.Key = "dead-" + string(rune('a'+i))
+		effects = append(effects, c.effect)
+	}
+	effects = append(effects, outbox.Effect{Destination: "nats://slow.eu", Key: "slow"})
+	sender, err := natsoutbox.NewSender(js)
+	require.NoError(t, err)
+	relay := newRelay(t, db, sender, outbox.WithSendTimeout(300*time.Millisecond), outbox.WithVisibilityTimeout(1300*time.Millisecond))
+	record(t, db, lease{"stock-sync:eu", 9, "worker-a"}, effects...)
+	startRelay(t, relay)
+
+	var dead []outbox.Row
+	require.Eventually(t, func() bool {
+		var err error
+		dead, err = outbox.List(context.Background(), db.Pool, true, 100)
+		return err == nil && len(dead) == len(cases)
+	}, 30*time.Second, 20*time.Millisecond, "every terminal case ends as a dead row")
+	byKey := map[string]outbox.Row{}
+	for _, r := range dead {
+		byKey[r.Key] = r
+	}
+	for i, c := range cases {
+		r, ok := byKey["dead-"+string(rune('a'+i))]
+		if !assert.True(t, ok, "%s: no dead row", c.effect.Destination) {
+			continue
+		}
+		assert.Equal(t, 1, r.Attempts, "%s: dead at the first attempt", c.effect.Destination)
+		assert.Contains(t, r.LastError, c.reason, c.effect.Destination)
+		assert.Contains(t, r.LastError, "outbox: delivery refused for good", c.effect.Destination)
+	}
+
+	// The unanswered publish is retried, never dead.
+	require.Eventually(t, func() bool {
+		live, err := outbox.List(context.Background(), db.Pool, false, 10)
+		return err == nil && len(live) == 1 && live[0].Attempts >= 2 && live[0].LastError != ""
+	}, 30*time.Second, 20*time.Millisecond, "the unanswered publish is tried again")
+	live, err := outbox.List(ctx, db.Pool, false, 10)
+	require.NoError(t, err)
+	require.Len(t, live, 1)
+	assert.Equal(t, "slow", live[0].Key)
+	assert.Contains(t, live[0].LastError, "no acknowledgement from JetStream")
+	assert.NotContains(t, live[0].LastError, "refused for good")
+	_, err = sub.NextMsg(5 * time.Second)
+	assert.NoError(t, err, "the publish reached the subject")
+}
+
+// Subject reads nats://<subject> destinations and says what is wrong with
+// the others.
+func TestSubject(t *testing.T) {
+	for dest, want := range map[string]string{
+		"nats://stock.eu": "stock.eu", "nats://stock": "stock", "nats://$KV.stock.eu": "$KV.stock.eu",
+		"nats://stock.eu-west_1": "stock.eu-west_1",
+	} {
+		got, err := natsoutbox.Subject(dest)
+		assert.NoError(t, err, dest)
+		assert.Equal(t, want, got, dest)
+	}
+	for _, dest := range []string{
+		"", "stock.eu", "NATS://stock.eu", "nats://", "nats://.stock", "nats://stock.", "nats://a..b", "nats://a.>",
+		"nats://*", "nats://a\tb", "nats://a\nb", "nats://_INBOX.x", "nats://$SYS.REQ", "nats://\xff",
+	} {
+		_, err := natsoutbox.Subject(dest)
+		assert.ErrorIs(t, err, natsoutbox.ErrBadDestination, "%q", dest)
+		if err != nil {
+			assert.False(t, strings.Contains(err.Error(), "\n"), "one line: %q", err)
+		}
+	}
+	_, err := natsoutbox.NewSender(nil)
+	assert.ErrorIs(t, err, natsoutbox.ErrNilJetStream)
+}
