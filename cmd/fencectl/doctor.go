@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -28,9 +29,10 @@ type finding struct {
 }
 
 type doctor struct {
-	a        *app
-	aclUser  string
-	findings []finding
+	a           *app
+	aclUser     string
+	outboxStuck time.Duration
+	findings    []finding
 }
 
 func (d *doctor) ok(check, evidence string) {
@@ -76,6 +78,12 @@ Postgres: reachable; the fencelock migrations and their version table; a
 transaction pooler in between (as far as detectable) and whether the
 address's pgx exec mode survives it.
 
+Outbox (when the database has one): effects due for longer than
+--outbox-stuck (no relay claims them), dead rows (fencectl outbox list
+--dead, requeue), claims past their visibility timeout (a relay stopped
+mid-send). Each reads a bounded number of rows through an index, and says
+so when it stopped at its limit.
+
 Tokens: for every fenced resource, the database's high-water mark against
 the Redis counter and clock: a mark ahead of both means every new holder
 is rejected ('fencectl tokens repair').`,
@@ -88,6 +96,9 @@ is rejected ('fencectl tokens repair').`,
 			if a.redis() == "" && a.db() == "" {
 				return usageErrorf("doctor needs --redis and --db (or $REDIS_URL and $DATABASE_URL)")
 			}
+			if d.outboxStuck <= 0 {
+				return usageErrorf("--outbox-stuck %v: want a positive duration, such as 1m", d.outboxStuck)
+			}
 			if err := d.run(cmd.Context()); err != nil {
 				return err
 			}
@@ -98,6 +109,7 @@ is rejected ('fencectl tokens repair').`,
 	a.dbFlag(c)
 	a.outputFlag(c)
 	c.Flags().StringVar(&d.aclUser, "acl-user", "", "check this Redis user's permissions with ACL DRYRUN (needs an admin connection); default: the connected user")
+	c.Flags().DurationVar(&d.outboxStuck, "outbox-stuck", time.Minute, "report outbox effects due for longer than this (a running relay claims due effects within its poll interval)")
 	return c
 }
 

@@ -36,6 +36,7 @@ func (d *doctor) checkPostgres(ctx context.Context) (*dbConn, error) {
 	d.ok("postgres", fmt.Sprintf("PostgreSQL %s, user %s, database %s, at %s", version, user, dbname, db.display))
 	d.checkMigrations(ctx, db)
 	d.checkPooler(ctx, db)
+	d.checkOutbox(ctx, db)
 	return db, nil
 }
 
