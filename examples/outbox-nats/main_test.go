@@ -36,18 +36,23 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // natsServer is a NATS server with JetStream, in the test's process, on
 // 127.0.0.1, storing its streams in a directory that outlives a restart.
 type natsServer struct {
-	t    testing.TB
-	dir  string
-	port int
-	mu   sync.Mutex
-	srv  *server.Server
+	t      testing.TB
+	dir    string
+	port   int
+	noJets bool // a server without JetStream
+	mu     sync.Mutex
+	srv    *server.Server
 }
 
 // newNATS starts a NATS server with JetStream; it is stopped at the end of
 // the test.
 func newNATS(t testing.TB) *natsServer {
 	t.Helper()
-	ns := &natsServer{t: t, dir: t.TempDir(), port: -1}
+	return startNATS(t, &natsServer{t: t, dir: t.TempDir(), port: -1})
+}
+
+func startNATS(t testing.TB, ns *natsServer) *natsServer {
+	t.Helper()
 	ns.Start()
 	t.Cleanup(ns.Stop)
 	return ns
@@ -60,7 +65,7 @@ func (ns *natsServer) Start() {
 	defer ns.mu.Unlock()
 	srv, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: ns.port, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: ns.dir, JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 256 << 20,
+		JetStream: !ns.noJets, StoreDir: ns.dir, JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 256 << 20,
 	})
 	require.NoError(ns.t, err, "nats-server: NewServer")
 	srv.Start()

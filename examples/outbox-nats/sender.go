@@ -40,12 +40,12 @@ const HeaderMsgID = "Nats-Msg-Id"
 // an HTTP 4xx): a destination that is not nats://<subject> or whose
 // subject cannot take a publish (empty token, a wildcard, whitespace, the
 // server's own $JS/$SYS/_INBOX subjects), no stream bound to the subject,
-// a message over the server's or the stream's size limit, any JetStream
-// answer in the 4xx range (a sealed stream, say). Everything else is
-// retried with the relay's backoff: a timeout (the send timeout), a
-// connection lost or reconnecting, a stream that exists but does not
-// answer (its leader is changing), JetStream's 5xx answers (storage
-// failed, limits reached).
+// a server or account without JetStream, a message over the server's or
+// the stream's size limit, any JetStream answer in the 4xx range (a
+// sealed stream, say). Everything else is retried with the relay's
+// backoff: a timeout (the send timeout), a connection lost or
+// reconnecting, a stream that exists but does not answer (its leader is
+// changing), JetStream's 5xx answers (storage failed, limits reached).
 type Sender struct {
 	js jetstream.JetStream
 }
@@ -54,7 +54,11 @@ var _ outbox.Sender = (*Sender)(nil)
 
 // NewSender returns a Sender that publishes through js. The connection
 // behind js is the caller's: its reconnect options decide how a lost
-// server is waited for (each Send within the relay's send timeout).
+// server is waited for, each Send within the relay's send timeout. A
+// publish made while the connection reconnects waits in the client's
+// reconnect buffer and goes out when it is back, possibly after its Send
+// has timed out and the relay has tried again: the stream takes the copies
+// within its duplicate window as one.
 func NewSender(js jetstream.JetStream) (*Sender, error) {
 	if js == nil {
 		return nil, ErrNilJetStream
@@ -122,8 +126,10 @@ func (s *Sender) noResponse(ctx context.Context, subject string, err error) erro
 	switch {
 	case errors.Is(lerr, jetstream.ErrStreamNotFound):
 		return outbox.Terminal(fmt.Errorf("natsoutbox: publish to %s: no JetStream stream takes this subject: add one whose subjects match it, then fencectl outbox requeue", subject))
-	case errors.Is(lerr, jetstream.ErrJetStreamNotEnabled), errors.Is(lerr, jetstream.ErrJetStreamNotEnabledForAccount):
-		return outbox.Terminal(fmt.Errorf("natsoutbox: publish to %s: %w: enable JetStream on the server (or the account), add a stream for the subject, then fencectl outbox requeue", subject, lerr))
+	case errors.Is(lerr, nats.ErrNoResponders), errors.Is(lerr, jetstream.ErrJetStreamNotEnabled), errors.Is(lerr, jetstream.ErrJetStreamNotEnabledForAccount):
+		// No one answers JetStream's own API either: the server (or the
+		// account) has no JetStream.
+		return outbox.Terminal(fmt.Errorf("natsoutbox: publish to %s: JetStream is not enabled for this connection's account (%v): enable JetStream on the server (or the account), add a stream for the subject, then fencectl outbox requeue", subject, lerr))
 	case lerr == nil:
 		return fmt.Errorf("natsoutbox: publish to %s: stream %s takes the subject but did not answer (a leader election?): %w", subject, stream, err)
 	}
