@@ -25,8 +25,9 @@
 //     Every attempt carries the same Nats-Msg-Id, and JetStream
 //     acknowledges a message whose id it stored within the window
 //     (StreamConfig.Duplicates, 2 minutes by default) as a duplicate
-//     without storing it. Two attempts farther apart than the window are
-//     stored twice.
+//     without storing it; the Sender returns guard.ErrAlreadyApplied for
+//     it, and the relay deletes the row. Two attempts farther apart than
+//     the window are stored twice.
 //   - Setting the window to at least the relay's longest redelivery delay,
 //     Relay.MaxRedeliveryDelay() (about 68 minutes at the outbox's
 //     defaults), makes it once for every redelivery a relay can make: a

@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/outbox"
+	"github.com/fencelock/fencelock/outbox/outboxtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
@@ -160,38 +161,17 @@ func record(t testing.TB, db *testenv.DB, l guard.Lease, effects ...outbox.Effec
 // fast are relay options for tests: short polls, timeouts and backoffs.
 func fast(extra ...outbox.RelayOption) []outbox.RelayOption {
 	return append([]outbox.RelayOption{
-		outbox.WithLogger(quiet), outbox.WithPollInterval(20 * time.Millisecond),
+		outbox.WithPollInterval(20 * time.Millisecond),
 		outbox.WithSendTimeout(500 * time.Millisecond), outbox.WithVisibilityTimeout(1500 * time.Millisecond),
 		outbox.WithBackoff(50*time.Millisecond, 200*time.Millisecond), outbox.WithMaxAttempts(100),
 	}, extra...)
 }
 
-// startRelay runs r until the test ends, and fails the test if Run returns
-// an error.
-func startRelay(t testing.TB, r *outbox.Relay) {
+// startRelay runs a relay of db's outbox through sender, with fast
+// options, until the test ends.
+func startRelay(t testing.TB, db *testenv.DB, sender outbox.Sender, extra ...outbox.RelayOption) *outbox.Relay {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Relay.Run: %v", err)
-			}
-		case <-time.After(time.Minute):
-			t.Errorf("Relay.Run did not return within a minute of its context ending")
-		}
-	})
-}
-
-// newRelay is a relay of db's outbox through sender, with fast options.
-func newRelay(t testing.TB, db *testenv.DB, sender outbox.Sender, extra ...outbox.RelayOption) *outbox.Relay {
-	t.Helper()
-	r, err := outbox.NewRelay(db.Pool, sender, fast(extra...)...)
-	require.NoError(t, err)
-	return r
+	return outboxtest.StartRelay(t, db.Pool, sender, fast(extra...)...)
 }
 
 // drained waits until db's outbox has no live row (dead rows stay).

@@ -27,9 +27,8 @@ func TestServerRestart(t *testing.T) {
 		ns.Stop()
 		close(stopped)
 	}}
-	relay := newRelay(t, db, flaky)
+	relay := startRelay(t, db, flaky)
 	s := stream(t, js, relay.MaxRedeliveryDelay())
-	startRelay(t, relay)
 
 	l := lease{"stock-sync:eu", 11, "worker-a"}
 	record(t, db, l, outbox.Effect{Destination: "nats://stock.eu", Key: "before", Payload: []byte("stored, ack lost")})
@@ -64,4 +63,5 @@ func TestServerRestart(t *testing.T) {
 	assert.Equal(t, []string{"before", "during"}, keys, "each effect stored once")
 	assert.GreaterOrEqual(t, flaky.count("before"), 2, "the first effect was published again after the restart")
 	assert.GreaterOrEqual(t, flaky.count("during"), 2, "the second effect was tried while the server was down")
+	assert.GreaterOrEqual(t, relay.Stats().AlreadyApplied, uint64(1), "the restarted server knew the first effect's id")
 }

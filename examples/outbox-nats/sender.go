@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/outbox"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,8 +35,11 @@ const HeaderMsgID = "Nats-Msg-Id"
 // again (a relay that died after publishing, an ack lost to a timeout)
 // once, as long as the first copy is within the stream's duplicate window.
 //
-// Send returns nil once JetStream has acknowledged the message, stored
-// now or before (a duplicate). Failures the effect itself causes are
+// Send returns nil once JetStream has acknowledged the message as stored,
+// and an error wrapping guard.ErrAlreadyApplied when it acknowledges a
+// duplicate of a message it stored before (the relay deletes the row, as
+// delivered before, and counts it in RelayStats.AlreadyApplied). Failures
+// the effect itself causes are
 // terminal (outbox.ErrTerminal: the row goes dead with the reason, as for
 // an HTTP 4xx): a destination that is not nats://<subject> or whose
 // subject cannot take a publish (empty token, a wildcard, whitespace, the
@@ -86,8 +90,12 @@ func (s *Sender) Send(ctx context.Context, d outbox.Delivery) error {
 	msg.Header.Set(outbox.HeaderFencingHolder, d.Holder)
 	// No retries on no-responders here: the relay's backoff retries a
 	// stream that did not answer, and the send timeout stays the relay's.
-	if _, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(d.Key), jetstream.WithRetryAttempts(0)); err != nil {
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(d.Key), jetstream.WithRetryAttempts(0))
+	if err != nil {
 		return s.failed(ctx, subject, err)
+	}
+	if ack.Duplicate {
+		return fmt.Errorf("natsoutbox: publish to %s: stream %s stored it before, as message %d: %w", subject, ack.Stream, ack.Sequence, guard.ErrAlreadyApplied)
 	}
 	return nil
 }
