@@ -260,7 +260,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 		rep, acks, err = c.acquireAndWait(ctx, call, cfg)
 	} else {
 		var v any
-		v, err = c.scripts.acquire.Run(ctx, c.rdb, call.keys, call.args...).Result()
+		v, err = c.runScript(ctx, c.scripts.acquire, call.keys, call.args...).Result()
 		if err == nil {
 			rep, err = parseAcquire(v)
 		}

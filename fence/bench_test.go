@@ -31,6 +31,25 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkClusterAcquireRelease: uncontended TryAcquire + Release on one
+// name, one client, on a Redis Cluster: two round trips per op, each a
+// pipeline of one (see Client.runScript).
+func BenchmarkClusterAcquireRelease(b *testing.B) {
+	cl := testenv.SharedRedisCluster(b)
+	ctx := context.Background()
+	c := newFenceOn(b, cl.NewClient(nil), uniquePrefix(b))
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := c.TryAcquire(ctx, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkAcquireWaitingRelease: uncontended Acquire (the waiting
 // call, as most callers use it) + Release on one name.
 func BenchmarkAcquireWaitingRelease(b *testing.B) {

@@ -103,6 +103,7 @@ func New(rdb RedisClient, opts ...ClientOption) (*Client, error) {
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	c.notify = newNotifier(c)
 	c.wd = newWatchdog(c)
+	c.checkClusterOptions()
 	c.startServerChecks()
 	return c, nil
 }

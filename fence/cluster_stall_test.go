@@ -1,10 +1,12 @@
 package fence_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -64,7 +66,7 @@ func TestClusterStalledMasterCostsOnlyItsLocks(t *testing.T) {
 		t.Logf("lock %s on the stalled master: cancelled %v into the stall, %v after its local deadline", l.Name(), at.Sub(stallStart), late)
 		// Typically a millisecond; a loaded machine delays timers, but
 		// not by half a lease. A loss found only when the stalled round
-		// gave up (go-redis's 3 s read timeout) would be later.
+		// gave up (go-redis's read timeout, 5 s by default) would be later.
 		assert.LessOrEqual(t, late, lease/2, "loss signalled after the local deadline")
 		assert.True(t, l.Deadline().Before(stallStart.Add(lease)), "deadline from a renewal before the stall")
 	}
@@ -89,5 +91,72 @@ func TestClusterStalledMasterCostsOnlyItsLocks(t *testing.T) {
 				assert.NoError(t, err)
 			}
 		}
+	}
+}
+
+// TestClusterStalledReplicasCostNothing: with every replica stopped
+// (SIGSTOP), clients whose only call so far loaded the slot map acquire,
+// wait, hand over, refresh and release locks on the healthy masters, and
+// renew them, each call within its own bound. go-redis's single-command
+// path loads the server's COMMAND table on a client's first call, from
+// random nodes, replicas included, bounded only by the read timeout (30 s
+// here, past every bound below) and under a client-wide mutex: a call of
+// fence that took that path would wait for a stopped replica.
+func TestClusterStalledReplicasCostNothing(t *testing.T) {
+	t.Parallel() // with the other fault tests on private topologies: they mostly wait
+	cl := testenv.NewRedisCluster(t)
+	ctx := ctxT(t, 90*time.Second)
+	const lease = 2 * time.Second
+	prefix := uniquePrefix(t)
+	var names []string
+	for _, ns := range namesPerMaster(t, cl.Client(), prefix, "r", 2) {
+		names = append(names, ns...)
+	}
+	newC := func() *fence.Client {
+		cc := cl.NewClient(&redis.ClusterOptions{ReadTimeout: 30 * time.Second})
+		require.NoError(t, cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }), "slot map")
+		return newFenceOn(t, cc, prefix, fence.WithLease(lease))
+	}
+	holders, waiters := make([]*fence.Client, len(names)), make([]*fence.Client, len(names))
+	for i := range names {
+		holders[i], waiters[i] = newC(), newC()
+	}
+	for _, r := range cl.Nodes[len(cl.Nodes)/2:] { // replicas of master i follow the masters
+		require.NoError(t, r.Pause())
+		t.Cleanup(func() { _ = r.Resume() })
+	}
+	// Each of these clients' first call picks a stopped replica first with
+	// a chance of 1/2 on the single-command path.
+	bounded := func() context.Context {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		t.Cleanup(cancel)
+		return c
+	}
+	var held []*fence.Lock
+	for i, name := range names {
+		l, err := holders[i].TryAcquire(bounded(), name)
+		require.NoError(t, err, "TryAcquire %s", name)
+		got := acquireAsync(bounded(), waiters[i], name)
+		require.Eventually(t, func() bool {
+			info, err := waiters[i].Inspect(bounded(), name)
+			return err == nil && info.Waiters == 1
+		}, 5*time.Second, 5*time.Millisecond, "the waiter of %s queued", name)
+		require.NoError(t, l.Release(bounded()), "Release %s", name)
+		a := <-got
+		require.NoError(t, a.err, "Acquire %s (handed over)", name)
+		assert.Greater(t, a.l.Token(), l.Token())
+		held = append(held, a.l)
+
+		f, err := holders[i].TryAcquire(bounded(), name+"-fixed", fence.WithFixedLease(lease))
+		require.NoError(t, err, "TryAcquire %s-fixed", name)
+		require.NoError(t, f.Refresh(bounded(), lease), "Refresh %s-fixed", name)
+		require.NoError(t, f.Release(bounded()), "Release %s-fixed", name)
+	}
+	renewedAfter := time.Now()
+	time.Sleep(2 * lease)
+	for _, l := range held {
+		require.NoError(t, l.Err(), "lock %s on a healthy master lost while the replicas were stopped", l.Name())
+		assert.True(t, l.Deadline().After(renewedAfter.Add(lease)), "lock %s renewed", l.Name())
+		require.NoError(t, l.Release(bounded()), "Release %s", l.Name())
 	}
 }

@@ -98,7 +98,7 @@ func (c *Client) RaiseCounter(ctx context.Context, name string, floor int64) (in
 		return 0, invalidOption("RaiseCounter(%q, %d): the floor must be between 0 and 2^53 (exact in the script)", name, floor)
 	}
 	k := keysFor(c.cfg.prefix, name)
-	s, err := raiseScript.Run(ctx, c.rdb, []string{k.seq}, strconv.FormatInt(floor, 10), seqIdleExpiry).Text()
+	s, err := c.runScript(ctx, raiseScript, []string{k.seq}, strconv.FormatInt(floor, 10), seqIdleExpiry).Text()
 	if err != nil {
 		return 0, fmt.Errorf("fence: raise counter %q: %w", name, err)
 	}
@@ -138,7 +138,7 @@ func (c *Client) ForceRelease(ctx context.Context, seen LockInfo) (woken bool, e
 	k := keysFor(c.cfg.prefix, seen.Name)
 	value := strconv.FormatInt(seen.Token, 10) + ":" + seen.Holder
 	sent := time.Now()
-	rep, err := parseRelease(c.scripts.release.Run(ctx, c.rdb, k.scriptKeys(), value))
+	rep, err := parseRelease(c.runScript(ctx, c.scripts.release, k.scriptKeys(), value))
 	if err != nil {
 		c.refreshTopology(err)
 		return false, fmt.Errorf("fence: force release %q: %w", seen.Name, err)

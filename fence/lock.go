@@ -170,7 +170,7 @@ func (l *Lock) Refresh(ctx context.Context, lease time.Duration) error {
 	}
 	start := time.Now()
 	call := l.renewCall(lease.Milliseconds())
-	res, other, err := parseRenew(renewScript.Run(ctx, l.c.rdb, call.keys, call.args...))
+	res, other, err := parseRenew(l.c.runScript(ctx, renewScript, call.keys, call.args...))
 	if err != nil {
 		return fmt.Errorf("fence: refresh lock %q: %w", l.name, err)
 	}

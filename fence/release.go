@@ -63,7 +63,7 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 	defer cancel()
 	call := l.releaseCall()
 	sent := time.Now()
-	rep, err := parseRelease(c.scripts.release.Run(ctx, c.rdb, call.keys, call.args...))
+	rep, err := parseRelease(c.runScript(ctx, c.scripts.release, call.keys, call.args...))
 	if err != nil {
 		c.refreshTopology(err)
 		return fmt.Errorf("fence: release %q: %w", l.name, err)
@@ -78,7 +78,7 @@ func (c *Client) releaseValue(ctx context.Context, name string, k keys, value st
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	sent := time.Now()
-	rep, err := parseRelease(c.scripts.release.Run(ctx, c.rdb, k.scriptKeys(), value))
+	rep, err := parseRelease(c.runScript(ctx, c.scripts.release, k.scriptKeys(), value))
 	if err == nil && rep.handedOver() {
 		c.notify.handedTo(k.channel, rep.value, sent)
 	}

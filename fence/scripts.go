@@ -303,6 +303,25 @@ func execScripts(ctx context.Context, rdb scripter, s *redis.Script, calls []scr
 	return cmds
 }
 
+// runScript runs s once: EVALSHA, and EVAL after a script-cache miss. On
+// a cluster it is a pipeline of one (execScripts), which go-redis routes
+// by the key's slot alone. Its single-command path first loads the
+// server's COMMAND table, once per client: from up to three random nodes,
+// replicas included, bounded only by the node's read timeout (not by
+// ctx), and under a mutex every such call of the client waits on. A
+// client whose first such call came while any node was stopped would
+// stall every call of fence (releases, acquisitions) on every master
+// until that read timed out; a Redis user without COMMAND would pay up
+// to three refused round trips on every call. The pipeline path needs
+// neither (unless the client reads from replicas: ReadOnly, see "Server
+// configuration" in the package documentation).
+func (c *Client) runScript(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if c.cluster {
+		return execScripts(ctx, c.rdb, s, []scriptCall{{keys: keys, args: args}})[0]
+	}
+	return s.Run(ctx, c.rdb, keys, args...)
+}
+
 type scriptCall struct {
 	script *redis.Script // nil: the one execScripts is given
 	keys   []string

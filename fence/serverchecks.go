@@ -63,6 +63,25 @@ func (c *Client) warnPublishRefused(name, refused string) {
 	})
 }
 
+// checkClusterOptions warns, once per client, about a cluster client
+// that reads from replicas: go-redis then looks every call up in the
+// server's COMMAND table before routing it, pipelines too (see
+// Client.runScript), and loads that table once per client from random
+// nodes, replicas included, bounded only by ReadTimeout, under a mutex
+// every call waits on. While a node is stopped at that moment, every call
+// of fence on every master waits: acquisitions, releases, renewals.
+func (c *Client) checkClusterOptions() {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok || !cc.Options().ReadOnly {
+		return
+	}
+	c.configLogger().Warn("fence: the cluster client reads from replicas (ReadOnly, RouteByLatency or RouteRandomly), "+
+		"so go-redis loads the COMMAND table before it routes a call, from random nodes, replicas included, and every "+
+		"call of the client waits for it: while a node is stopped, calls and renewals on every master wait up to "+
+		"ReadTimeout",
+		slog.String("fix", "give fence.New a *redis.ClusterClient of its own without ReadOnly, RouteByLatency and RouteRandomly"))
+}
+
 // whoamiTimeout bounds the ACL WHOAMI of the no-PUBLISH warning.
 const whoamiTimeout = time.Second
 

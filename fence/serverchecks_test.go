@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,6 +129,96 @@ func TestClusterUserWithoutPublish(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n, "the lock key is deleted")
 	assert.ErrorIs(t, l.Release(ctx), fence.ErrNotHeld)
+}
+
+// TestClusterUserWithoutCommand: a user that may not run COMMAND (the
+// ACL line of docs/operations.md does not grant it) acquires, waits, hands
+// over, refreshes and releases with no COMMAND sent: fence's calls on a
+// cluster take go-redis's pipeline path, which routes by slot alone,
+// rather than the single-command path, which asks random nodes for the
+// COMMAND table and, refused, asks again on every call (up to three
+// refused round trips and a log line each time).
+func TestClusterUserWithoutCommand(t *testing.T) {
+	cl := testenv.SharedRedisCluster(t)
+	admin := cl.Client()
+	ctx := ctxT(t, 30*time.Second)
+	aclUser(t, admin, "nocommand", "+@all", "-command")
+	user := func() *redis.ClusterClient {
+		return cl.NewClient(&redis.ClusterOptions{Username: "nocommand", Password: "pw"})
+	}
+	require.True(t, redis.IsPermissionError(user().Command(ctx).Err()), "the user may not run COMMAND")
+	before := refusedCommands(t, admin, "nocommand")
+	require.NotZero(t, before, "ACL LOG records the refused COMMANDs")
+	prefix := uniquePrefix(t)
+	holder, waiter := newFenceOn(t, user(), prefix), newFenceOn(t, user(), prefix)
+	for _, name := range []string{"nc1", "nc2", "nc3"} {
+		l, err := holder.TryAcquire(ctx, name)
+		require.NoError(t, err)
+		got := acquireAsync(ctx, waiter, name)
+		require.Eventually(t, func() bool {
+			info, err := holder.Inspect(ctx, name)
+			return err == nil && info.Waiters == 1
+		}, 10*time.Second, 5*time.Millisecond)
+		require.NoError(t, l.Release(ctx))
+		a := <-got
+		require.NoError(t, a.err)
+		require.NoError(t, a.l.Release(ctx))
+		f, err := holder.TryAcquire(ctx, name, fence.WithFixedLease(time.Second))
+		require.NoError(t, err)
+		require.NoError(t, f.Refresh(ctx, time.Second))
+		require.NoError(t, f.Release(ctx))
+	}
+	assert.Equal(t, before, refusedCommands(t, admin, "nocommand"), "COMMANDs refused to the user (ACL LOG)")
+}
+
+// refusedCommands counts the COMMANDs refused to user on every node, by
+// the nodes' ACL LOG.
+func refusedCommands(t *testing.T, cc *redis.ClusterClient, user string) int64 {
+	t.Helper()
+	var n atomic.Int64
+	require.NoError(t, cc.ForEachShard(ctxT(t, 10*time.Second), func(ctx context.Context, node *redis.Client) error {
+		entries, err := node.ACLLog(ctx, 128).Result()
+		for _, e := range entries {
+			if e.Username == user && e.Object == "command" {
+				n.Add(e.Count)
+			}
+		}
+		return err
+	}))
+	return n.Load()
+}
+
+// TestClusterReadOnlyClientWarned: New warns, once, about a cluster
+// client that reads from replicas (ReadOnly, or RouteRandomly, which sets
+// it), whose calls all wait for go-redis's COMMAND table (see
+// TestClusterStalledReplicasCostNothing), and names the fix; a client
+// that reads from masters is not warned about.
+func TestClusterReadOnlyClientWarned(t *testing.T) {
+	cl := testenv.SharedRedisCluster(t)
+	const warning = "fence: the cluster client reads from replicas"
+	for _, tc := range []struct {
+		name string
+		opts redis.ClusterOptions
+		warn bool
+	}{
+		{"ReadOnly", redis.ClusterOptions{ReadOnly: true}, true},
+		{"RouteRandomly", redis.ClusterOptions{RouteRandomly: true}, true},
+		{"masters only", redis.ClusterOptions{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs syncBuffer
+			c := newFenceOn(t, cl.NewClient(&tc.opts), uniquePrefix(t), fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			l, err := c.TryAcquire(ctxT(t, 10*time.Second), "ro")
+			require.NoError(t, err)
+			require.NoError(t, l.Release(context.Background()))
+			if !tc.warn {
+				assert.NotContains(t, logs.String(), warning)
+				return
+			}
+			assert.Equal(t, 1, strings.Count(logs.String(), warning), "%s", logs.String())
+			assert.Contains(t, logs.String(), `fix="give fence.New a *redis.ClusterClient of its own without ReadOnly, RouteByLatency and RouteRandomly"`)
+		})
+	}
 }
 
 // TestClusterEvictionPolicyWarning: New warns about a master whose

@@ -242,7 +242,7 @@ func (w *waiter) leave() {
 		defer cancel()
 		sent := time.Now()
 		call := w.leaveCall()
-		rep, err := parseRelease(c.scripts.leave.Run(ctx, c.rdb, call.keys, call.args...))
+		rep, err := parseRelease(c.runScript(ctx, c.scripts.leave, call.keys, call.args...))
 		switch {
 		case err != nil:
 			c.refreshTopology(err)
