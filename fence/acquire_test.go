@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"syscall"
@@ -89,4 +90,85 @@ func TestDoNamesTheLossOnce(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(err.Error(), "lock lost"), "the loss once: %v", err)
 	assert.NotContains(t, err.Error(), "not held")
 	assert.True(t, strings.HasPrefix(err.Error(), `sync step 3: fence: lock lost: "once" token `), "%v", err)
+}
+
+// fenceLines returns the log lines of fence (msg="fence: ...") in logs.
+func fenceLines(logs string) []string {
+	var out []string
+	for line := range strings.Lines(logs) {
+		if strings.Contains(line, `msg="fence: `) {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out
+}
+
+const outageWarning = "fence: Redis is unreachable while Acquire waits; it keeps trying until its context or wait limit (WithWaitLimit) ends the wait"
+
+// An outage is named while Acquire waits: with Redis killed (connections
+// refused) or stopped (SIGSTOP: connections open, nothing answers), a
+// waiting Acquire without a wait limit warns once per client, on
+// slog.Default() when no WithLogger is given, that Redis is unreachable
+// and what ends the wait, with the error its calls met. It is the first
+// thing fence logs, and the subscription that fails with the outage is
+// not reported as a pub/sub matter.
+func TestOutageWarningNamesTheOutage(t *testing.T) {
+	for _, tc := range []struct {
+		fault   string
+		inject  func(r *testenv.Redis) error
+		errText string
+	}{
+		{"killed", (*testenv.Redis).Kill, "connection refused"},
+		{"stopped", (*testenv.Redis).Pause, "i/o timeout"},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			r := testenv.NewRedisServer(t)
+			var logs syncBuffer
+			prev := slog.Default()
+			slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+			t.Cleanup(func() { slog.SetDefault(prev) })
+			// Short timeouts: a stopped server is noticed by a read that
+			// times out (go-redis's default is seconds).
+			rdb := r.NewClient(&redis.Options{ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+			c := newClient(t, r, rdb)
+			l, err := c.TryAcquire(ctxT(t, 5*time.Second), "warm") // the client worked before the outage
+			require.NoError(t, err)
+			require.NoError(t, l.Release(context.Background()))
+			require.NoError(t, tc.inject(r))
+			t.Cleanup(func() { _ = r.Resume() })
+
+			for range 2 { // the second wait does not warn again
+				// Long enough for the subscription to give up too.
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				l, err := c.Acquire(ctx, "outage")
+				cancel()
+				require.Nil(t, l)
+				require.ErrorIs(t, err, fence.ErrNotAcquired)
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+			}
+			lines := fenceLines(logs.String())
+			t.Logf("fence logged:\n%s", strings.Join(lines, "\n"))
+			require.NotEmpty(t, lines, "nothing logged while Acquire waited through the outage")
+			assert.Contains(t, lines[0], `level=WARN msg="`+outageWarning+`" name=outage err=`, "the first line names the outage")
+			assert.Contains(t, lines[0], tc.errText, "with the error the calls met")
+			assert.Contains(t, lines[0], "addr="+r.Addr+` fix="check that redis-server runs at `+r.Addr+` and that this host may reach it"`)
+			assert.Equal(t, 1, strings.Count(logs.String(), outageWarning), "once per client")
+			assert.NotContains(t, logs.String(), "cannot subscribe", "the outage is not read as a pub/sub matter")
+		})
+	}
+
+	// With WithLogger the warning goes there, and not to slog.Default().
+	t.Run("WithLogger", func(t *testing.T) {
+		r := testenv.NewRedisServer(t)
+		var deflogs, own syncBuffer
+		prev := slog.Default()
+		slog.SetDefault(slog.New(slog.NewTextHandler(&deflogs, nil)))
+		t.Cleanup(func() { slog.SetDefault(prev) })
+		c := newClient(t, r, nil, fence.WithLogger(slog.New(slog.NewTextHandler(&own, nil))))
+		require.NoError(t, r.Kill())
+		_, err := c.Acquire(ctxT(t, 3*time.Second), "outage")
+		require.ErrorIs(t, err, fence.ErrNotAcquired)
+		assert.Equal(t, 1, strings.Count(own.String(), outageWarning), "on the client's logger: %s", own.String())
+		assert.NotContains(t, deflogs.String(), "fence:")
+	})
 }

@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -104,9 +105,11 @@ type psNode struct {
 
 	// Guarded by notifier.mu.
 	ops []psOp
-	// broken while the connection fails (cleared once it answers again);
-	// closed once its channels moved to other nodes or the client closed.
+	// broken while the connection fails (cleared once it answers again),
+	// with err the failure; closed once its channels moved to other nodes
+	// or the client closed.
 	broken, closed bool
+	err            error
 }
 
 type psOp struct {
@@ -123,6 +126,7 @@ type psChannel struct {
 	isConf    bool
 	moved     bool      // subscribed on another node, unconfirmed: missed messages
 	stale     bool      // the server dropped it (its slot moved): must move
+	err       error     // what the node answered since it was subscribed, while unconfirmed
 	idleSince time.Time // when the last waiter left; zero while in use
 }
 
@@ -208,9 +212,10 @@ func (n *notifier) first(w *waiter) bool {
 
 // subscribe makes sure channel is subscribed and waits (bounded by ctx
 // and confirmWait) for the server's confirmation. It returns nil once
-// confirmed, errUnconfirmed when the confirmation did not come in time,
-// or what kept it from subscribing (the node unknown or down); the waiter
-// then relies on its heartbeats, and tries again later.
+// confirmed, or what kept it from subscribing: the node unknown, or what
+// the node's connection met meanwhile (a dial error, NOPERM), or
+// errUnconfirmed when nothing was heard in time; the waiter then relies
+// on its heartbeats, and tries again later.
 func (n *notifier) subscribe(ctx context.Context, channel string) error {
 	n.mu.Lock()
 	if n.closed {
@@ -233,8 +238,9 @@ func (n *notifier) subscribe(ctx context.Context, channel string) error {
 		if pc = n.chans[channel]; pc != nil && !n.closed && (pc.node == nil || pc.node.closed) {
 			nd := n.nodeLocked(node, addr)
 			if nd.broken && nd.sharded {
+				err := cmp.Or(nd.err, errNodeDown)
 				n.mu.Unlock()
-				return errNodeDown
+				return err
 			}
 			n.attachLocked(pc, channel, nd)
 		}
@@ -257,7 +263,10 @@ func (n *notifier) subscribe(ctx context.Context, channel string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
-		return errUnconfirmed
+		n.mu.Lock()
+		err := pc.err
+		n.mu.Unlock()
+		return cmp.Or(err, errUnconfirmed)
 	}
 }
 
@@ -301,7 +310,7 @@ func (n *notifier) nodeLocked(client RedisClient, addr string) *psNode {
 // attachLocked subscribes pc (channel) on nd. Called with n.mu held.
 func (n *notifier) attachLocked(pc *psChannel, channel string, nd *psNode) {
 	pc.node = nd
-	pc.isConf = false
+	pc.isConf, pc.err = false, nil
 	pc.confirmed = make(chan struct{})
 	n.unconfirmed[channel]++
 	nd.ops = append(nd.ops, psOp{ch: channel, sub: true})
@@ -415,7 +424,7 @@ func (n *notifier) read(nd *psNode) {
 			// a cluster's channels move once the slot map names a new
 			// master.
 			n.c.refreshTopology(err)
-			n.fail(nd, connectionError(err))
+			n.fail(nd, err)
 			if n.moveChannels(nd) {
 				return
 			}
@@ -572,22 +581,28 @@ func (n *notifier) poll(channel string) {
 	n.c.wd.beatSoon(first)
 }
 
-// fail records a failed read on nd and makes every waiter of it heartbeat.
-// broken: the connection failed (its channels move when their slot has a
-// new master); otherwise the node refused a command (a MOVED reply to a
-// subscription): the channels not yet confirmed on it must move.
-func (n *notifier) fail(nd *psNode, broken bool) {
+// fail records a failed read on nd (err) and makes every waiter of it
+// heartbeat. A connection error breaks nd (its channels move when their
+// slot has a new master); otherwise the node refused a command (a MOVED
+// reply to a subscription, or NOPERM): the channels not yet confirmed on
+// it must move. Either way err is what a subscription not yet confirmed
+// on nd reports (see subscribe).
+func (n *notifier) fail(nd *psNode, err error) {
+	broken := connectionError(err)
 	n.mu.Lock()
 	if broken {
-		nd.broken = true
+		nd.broken, nd.err = true, err
 	}
 	var missed []*waiter
 	for _, pc := range n.chans {
 		if pc.node != nd {
 			continue
 		}
-		if !broken && !pc.isConf {
-			pc.stale = true
+		if !pc.isConf {
+			pc.err = err
+			if !broken {
+				pc.stale = true
+			}
 		}
 		missed = append(missed, pc.waiters...)
 	}
@@ -597,7 +612,7 @@ func (n *notifier) fail(nd *psNode, broken bool) {
 
 func (n *notifier) heal(nd *psNode) {
 	n.mu.Lock()
-	nd.broken = false
+	nd.broken, nd.err = false, nil
 	n.mu.Unlock()
 }
 

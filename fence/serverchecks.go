@@ -35,6 +35,7 @@ import (
 type serverChecks struct {
 	publishWarned   sync.Once
 	subscribeWarned sync.Once
+	outageWarned    sync.Once
 	done            chan struct{} // closed when the background check ended
 }
 
@@ -61,6 +62,40 @@ func (c *Client) warnPublishRefused(name, refused string) {
 			c.logPublishRefused(nil, name, refused) // closed: no lookup
 		}
 	})
+}
+
+// warnOutage is logged once per client when a waiting Acquire cannot
+// reach Redis (err: the dial error, or the connection's): Acquire waits
+// through an outage, as through a failover, and without this line the
+// wait reads as a held lock.
+func (c *Client) warnOutage(name string, err error) {
+	c.checks.outageWarned.Do(func() {
+		attrs := []any{slog.String("name", name), slog.String("err", err.Error())}
+		at := "the client's address"
+		if addr := c.addrOf(keysFor(c.cfg.prefix, name).lock); addr != "" {
+			attrs = append(attrs, slog.String("addr", addr))
+			at = addr
+		}
+		attrs = append(attrs, slog.String("fix", "check that redis-server runs at "+at+" and that this host may reach it"))
+		c.configLogger().Warn("fence: Redis is unreachable while Acquire waits; it keeps trying until its context "+
+			"or wait limit (WithWaitLimit) ends the wait", attrs...)
+	})
+}
+
+// addrOf is the address of the node that serves key: the server of a
+// single-server client, the key's master in the slot map of a cluster
+// client (in memory once loaded), "" when unknown (a failover client
+// follows Sentinel).
+func (c *Client) addrOf(key string) string {
+	if c.router == nil {
+		return c.nodeAddr()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if n, err := c.router.MasterForKey(ctx, key); err == nil {
+		return n.Options().Addr
+	}
+	return ""
 }
 
 // checkClusterOptions warns, once per client, about a cluster client

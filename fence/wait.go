@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -315,6 +316,9 @@ func (w *waiter) answered(rep acquireReply, sent time.Time, err error) time.Time
 		next := now.Add(w.backoff)
 		w.backoff = min(2*w.backoff, maxErrorBackoff)
 		w.mu.Unlock()
+		if connectionError(err) {
+			w.c.warnOutage(w.name, err)
+		}
 		return next
 	case err != nil:
 		w.state, w.fatal = failed, err
@@ -382,8 +386,19 @@ func (w *waiter) leaveCall() scriptCall {
 
 // subscribeFailed notes that the waiter has no subscription: it waits on
 // its heartbeats (and the first waiter's polls at expiry) meanwhile, and
-// says so once per client.
+// says so once per client. A subscription that failed because Redis is
+// unreachable is the outage, not a pub/sub matter: that is what is said
+// (once per client), and the subscription follows when Redis is back.
 func (w *waiter) subscribeFailed(err error) {
+	if errors.Is(err, errUnconfirmed) || errors.Is(err, errNodeDown) {
+		if last := w.lastTransient(); connectionError(last) {
+			err = last // nothing heard from the node; the waiter's own calls failed
+		}
+	}
+	if connectionError(err) || errors.Is(err, errNodeDown) {
+		w.c.warnOutage(w.name, err)
+		return
+	}
 	w.c.checks.subscribeWarned.Do(func() {
 		w.c.configLogger().Warn("fence: cannot subscribe to lock notifications; waiters take a lock at their next "+
 			"heartbeat after it is handed to them (liveness/3) instead of at once",
