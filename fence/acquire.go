@@ -56,9 +56,12 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 // error, if any. It returns [ErrClosed] when the client is closed
 // meanwhile. Transient errors — the node unreachable, a failover or slot
 // move under way (READONLY, LOADING, MOVED, CLUSTERDOWN) — are waited
-// through, retrying with a backoff of at most 250 ms; any other Redis
-// error (a script error, a denied command) is returned at once. With
-// [WithHolder], a lock held by that same holder id is handed back at once.
+// through, retrying with a backoff of at most 250 ms (a Redis that
+// cannot be reached at all is also logged, once per client: see "Server
+// configuration" in the package documentation); any other Redis error (a
+// script error, a refused login or command, which ends with its fix) is
+// returned at once. With [WithHolder], a lock held by that same holder id
+// is handed back at once.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	cfg, err := c.lockConfig(name, opts)
 	if err != nil {
@@ -165,7 +168,7 @@ func (c *Client) attemptErr(ctx context.Context, name string, err, last error) e
 		}
 		return waitEndErr(ctx, name, last)
 	}
-	return fmt.Errorf("fence: acquire %q: %w", name, err)
+	return fmt.Errorf("fence: acquire %q: %w", name, c.withFix(err))
 }
 
 // unsentError is an attempt's error when its context was done before

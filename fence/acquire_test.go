@@ -172,3 +172,29 @@ func TestOutageWarningNamesTheOutage(t *testing.T) {
 		assert.NotContains(t, deflogs.String(), "fence:")
 	})
 }
+
+// A Redis user that may not SUBSCRIBE is told so, with the server's
+// refusal and the ACL SETUSER line that grants it (and the Redis it waits
+// on is reachable: no outage warning); its waiters still get the lock.
+func TestSubscribeRefusedNamesTheCommand(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	ctx := ctxT(t, 20*time.Second)
+	require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all", "-subscribe").Err())
+	var logs syncBuffer
+	rdb := r.NewClient(&redis.Options{Username: "nosub", Password: "pw"})
+	c := newClient(t, r, rdb, fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), fence.WithLiveness(time.Second))
+	holder := newClient(t, r, nil)
+	l, err := holder.Acquire(ctx, "nosub")
+	require.NoError(t, err)
+	got := acquireAsync(ctx, c, "nosub")
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot subscribe") }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, l.Release(ctx))
+	a := <-got
+	require.NoError(t, a.err, "the waiter got the lock by its heartbeat")
+	require.NoError(t, a.l.Release(ctx))
+	lines := fenceLines(logs.String())
+	require.Len(t, lines, 1, "%s", logs.String())
+	assert.Contains(t, lines[0], "NOPERM this user has no permissions to run the 'subscribe' command; fix: as an admin, redis-cli"+
+		hostPort(r.Addr)+" ACL SETUSER nosub +subscribe; the whole line fence needs: ")
+	assert.NotContains(t, logs.String(), "unreachable")
+}

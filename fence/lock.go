@@ -172,7 +172,7 @@ func (l *Lock) Refresh(ctx context.Context, lease time.Duration) error {
 	call := l.renewCall(lease.Milliseconds())
 	res, other, err := parseRenew(l.c.runScript(ctx, renewScript, call.keys, call.args...))
 	if err != nil {
-		return fmt.Errorf("fence: refresh lock %q: %w", l.name, err)
+		return fmt.Errorf("fence: refresh lock %q: %w", l.name, l.c.withFix(err))
 	}
 	if res != renewOK {
 		cause := l.renewLoss(res, other)

@@ -66,7 +66,7 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 	rep, err := parseRelease(c.runScript(ctx, c.scripts.release, call.keys, call.args...))
 	if err != nil {
 		c.refreshTopology(err)
-		return fmt.Errorf("fence: release %q: %w", l.name, err)
+		return fmt.Errorf("fence: release %q: %w", l.name, c.withFix(err))
 	}
 	return c.releaseOutcome(l, rep, sent)
 }

@@ -168,7 +168,7 @@ func (w *waiter) outcome(ctx context.Context) (l *Lock, err error, end bool) {
 		return l, err, true
 	case failed:
 		w.leave()
-		return nil, fmt.Errorf("fence: acquire %q: %w", w.name, fatal), true
+		return nil, fmt.Errorf("fence: acquire %q: %w", w.name, w.c.withFix(fatal)), true
 	}
 	return nil, nil, false
 }
@@ -192,7 +192,7 @@ func (w *waiter) take(ctx context.Context) (*Lock, error) {
 		if acks, err := c.confirmReplicas(ctx, w.k.lock, value, w.cfg); err != nil || acks < int64(w.cfg.replicas) {
 			c.releaseValue(ctx, w.name, w.k, value)
 			if err != nil {
-				return nil, fmt.Errorf("fence: acquire %q: confirm handover: %w", w.name, err)
+				return nil, fmt.Errorf("fence: acquire %q: confirm handover: %w", w.name, c.withFix(err))
 			}
 			return nil, &ReplicaSyncError{Name: w.name, Want: w.cfg.replicas, Got: int(acks), Timeout: w.cfg.replicaTimeout}
 		}
@@ -402,7 +402,7 @@ func (w *waiter) subscribeFailed(err error) {
 	w.c.checks.subscribeWarned.Do(func() {
 		w.c.configLogger().Warn("fence: cannot subscribe to lock notifications; waiters take a lock at their next "+
 			"heartbeat after it is handed to them (liveness/3) instead of at once",
-			slog.String("name", w.name), slog.String("err", err.Error()))
+			slog.String("name", w.name), slog.String("err", w.c.withFix(err).Error()))
 	})
 }
 
