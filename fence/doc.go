@@ -152,6 +152,17 @@
 // [ErrInvalidOption] before anything is sent, with a message that says
 // what to change.
 //
+// A refused login (WRONGPASS, NOAUTH) or command (NOPERM, or a command
+// refused inside a script, which Redis does not name) keeps the server's
+// words and ends with the fix: for a login, where the password goes (the
+// client's Options.Username and Options.Password, or user:password@ in its
+// URL), naming the user the client logs in as and never a password; for a
+// command, the ACL SETUSER addition for that user (EVALSHA and EVAL
+// together: fence sends EVAL after a script-cache miss) and a link to the
+// whole ACL line fence needs. Such an error still matches the server's
+// (errors.As a redis.Error, redis.IsAuthError, redis.IsPermissionError),
+// and is not [ErrNotAcquired]: [Client.Acquire] returns it at once.
+//
 // # Keys and scripts
 //
 // Per lock name (a name is 1 to 512 bytes of UTF-8 without control
@@ -225,8 +236,32 @@
 // goroutine of the client, bounded by a few seconds and waited for by
 // [Client.Close]; a server that cannot be read (INFO denied, unreachable
 // at start) is not reported there. [Client.Inspect] reports the policy of
-// the node that holds a given lock ([LockInfo.Eviction]). A Redis user
-// that may not PUBLISH is warned about the same way, once per client.
+// the node that holds a given lock ([LockInfo.Eviction]).
+//
+// The same logger, once per client each, gets the other warnings about
+// what the server or the client allows: a Redis user that may not PUBLISH
+// (with the ACL SETUSER line), one that may not SUBSCRIBE (the server's
+// NOPERM and its fix), and a Redis that a waiting Acquire cannot reach at
+// all: "Redis is unreachable while Acquire waits", with the error its
+// calls met, since Acquire waits through an outage as through a failover,
+// until its context or wait limit ends the wait, and without that line a
+// wait would read as a held lock. A subscription that failed with the
+// outage is part of it, not reported apart; it is made once Redis answers.
+//
+// On a cluster, fence sends every call as a pipeline, which go-redis
+// routes by the key's slot alone. go-redis's single-command path first
+// loads the server's COMMAND table, once per client, from random nodes,
+// replicas included, bounded only by the nodes' ReadTimeout and under a
+// mutex every such call of the client waits on: a client whose first such
+// call came while any node was stopped would hold up every call on every
+// master, and a Redis user without COMMAND (the ACL line does not grant
+// it) would pay refused round trips on every call. So a stopped replica
+// holds up no call of fence once the client has its slot map (go-redis
+// loads it at the client's first call, from random nodes too, and
+// reloads it in the background). A cluster client that reads from replicas
+// (ReadOnly, RouteByLatency, RouteRandomly) looks every call up in that
+// table, pipelines too: [New] warns about it once; give fence a
+// *redis.ClusterClient of its own that reads from masters.
 //
 // The lock alone keeps workers from duplicating effort while the lease is
 // valid; it cannot stop a paused holder's late write. Fencing tokens checked
