@@ -3,6 +3,7 @@ package fence
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -72,7 +73,7 @@ func (c *Client) warnOutage(name string, err error) {
 	c.checks.outageWarned.Do(func() {
 		attrs := []any{slog.String("name", name), slog.String("err", err.Error())}
 		at := "the client's address"
-		if addr := c.addrOf(keysFor(c.cfg.prefix, name).lock); addr != "" {
+		if addr := c.addrOf(err); addr != "" {
 			attrs = append(attrs, slog.String("addr", addr))
 			at = addr
 		}
@@ -82,18 +83,17 @@ func (c *Client) warnOutage(name string, err error) {
 	})
 }
 
-// addrOf is the address of the node that serves key: the server of a
-// single-server client, the key's master in the slot map of a cluster
-// client (in memory once loaded), "" when unknown (a failover client
-// follows Sentinel).
-func (c *Client) addrOf(key string) string {
-	if c.router == nil {
-		return c.nodeAddr()
+// addrOf is the address of the node an outage error is about: the
+// server of a single-server client, else the address the error names (a
+// dial's or a connection's), "" when it names none. Nothing is looked up:
+// the warning may be logged by the watchdog's goroutine.
+func (c *Client) addrOf(err error) string {
+	if addr := c.nodeAddr(); addr != "" {
+		return addr
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	if n, err := c.router.MasterForKey(ctx, key); err == nil {
-		return n.Options().Addr
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Addr != nil {
+		return oe.Addr.String()
 	}
 	return ""
 }
