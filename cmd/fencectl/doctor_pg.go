@@ -276,7 +276,7 @@ func (d *doctor) checkTokens(ctx context.Context, rc *redisConn, db *dbConn) {
 			skipped++
 		case "error":
 			bad++
-			d.fail("tokens", fmt.Sprintf("%s: cannot read its counter or clock: %s", s.Resource, s.Detail), "see the redis checks")
+			d.fail("tokens", fmt.Sprintf("%s: cannot read its counter or clock: %s", s.Resource, s.Detail), orDefault(s.Fix, "see the redis checks"))
 		case "behind":
 			bad++
 			node := ""

@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
+
+	"github.com/fencelock/fencelock/fence"
 )
 
 // usageError is a mistake in the command line: exit 2 and a pointer to help.
@@ -195,17 +197,52 @@ func (e *serverError) permissionFix() string {
 		return "run fencectl as the fencelock schema's owner"
 	}
 	switch {
-	case e.inScript && e.keys != "":
-		return fmt.Sprintf("ACL SETUSER %s ~%s* (on every node): a script's key was refused", e.user, e.prefix)
+	case e.keys != "":
+		// The reply names no key or channel: say which ones fencectl used.
+		what := "keys"
+		if e.keys == "&" {
+			what = "channels"
+		}
+		return fmt.Sprintf("%s: fence's %s are %s* (%s)%s", aclPatternFix(e.user, e.prefix, e.keys == "~", e.keys == "&"),
+			what, e.prefix, prefixSource(e.prefix), otherPrefix(e.prefix))
 	case e.inScript:
 		return aclFix(e.user, e.prefix, strings.Contains(e.server, "Cluster")) +
 			": a command inside fence's script was refused, and Redis does not say which; doctor --acl-user " + e.user + " from an admin's address names it"
 	case e.cmd != "":
 		return fmt.Sprintf("ACL SETUSER %s +%s (on every node)", e.user, e.cmd)
-	case e.keys != "":
-		return fmt.Sprintf("ACL SETUSER %s %s%s* (on every node)", e.user, e.keys, e.prefix)
 	}
 	return fmt.Sprintf("ACL GETUSER %s on the server shows what the user may run", e.user)
+}
+
+// aclPatternFix is the ACL SETUSER addition that lets user reach fence's
+// keys, its channels, or both, under prefix.
+func aclPatternFix(user, prefix string, keys, channels bool) string {
+	var pats []string
+	if keys {
+		pats = append(pats, "~"+prefix+"*")
+	}
+	if channels {
+		pats = append(pats, "&"+prefix+"*")
+	}
+	return fmt.Sprintf("ACL SETUSER %s %s (on every node)", user, strings.Join(pats, " "))
+}
+
+// otherPrefix is the other fix for keys or channels outside the user's
+// patterns under the default prefix: the application's locks may use
+// another one (fence.WithPrefix), which fencectl was not told.
+func otherPrefix(prefix string) string {
+	if prefix != fence.DefaultPrefix {
+		return ""
+	}
+	return "; or, if the application's locks use another prefix (fence.WithPrefix), give it with --prefix"
+}
+
+// prefixSource says where the prefix fencectl used came from.
+func prefixSource(prefix string) string {
+	if prefix == fence.DefaultPrefix {
+		return "the default prefix"
+	}
+	return "--prefix"
 }
 
 func pgIdent(s string) string {
@@ -215,31 +252,71 @@ func pgIdent(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }
 
-// noPermCommand finds the command a NOPERM reply names: "... to run the
-// 'cluster|slots' command".
+// noPermCommand finds the command a NOPERM reply (or ACL DRYRUN) names:
+// "... to run the 'cluster|slots' command".
 var noPermCommand = regexp.MustCompile(`run the '([^']+)' command`)
+
+// aclDenial is what a Redis ACL refusal is about.
+type aclDenial int
+
+const (
+	deniedNothing aclDenial = iota // not an ACL refusal
+	deniedCommand                  // a command or subcommand the user may not run
+	deniedKey                      // a key outside the user's key patterns
+	deniedChannel                  // a channel outside its channel patterns
+	deniedOther                    // an ACL refusal of a form not known here
+)
+
+// denialOf reads a refusal in each form Redis words it: a NOPERM error
+// ("no permissions to run the 'get' command", "... to access one of the
+// keys used as arguments", "... one of the channels ..."), an ACL DRYRUN
+// reply ("... to access the 'k' key", "... the 'c' channel"), or a call
+// refused inside a script ("The user executing the script can't run this
+// command or subcommand", "... access at least one of the keys ...",
+// "... publish to the channel ...").
+func denialOf(msg string) aclDenial {
+	const inScript = "The user executing the script can't"
+	if strings.Contains(msg, inScript) {
+		// Its tail names the script and line, not the refusal.
+		if i := strings.Index(msg, " script: "); i > strings.Index(msg, inScript) {
+			msg = msg[:i]
+		}
+	} else if !strings.Contains(msg, "NOPERM") && !strings.Contains(msg, "no permissions to") {
+		return deniedNothing
+	}
+	msg = strings.TrimSuffix(strings.TrimSpace(msg), ".")
+	switch {
+	case noPermCommand.MatchString(msg), strings.Contains(msg, "run this command or subcommand"):
+		return deniedCommand
+	case strings.HasSuffix(msg, "' channel"), strings.Contains(msg, "one of the channels"), strings.Contains(msg, "to the channel"):
+		return deniedChannel
+	case strings.HasSuffix(msg, "' key"), strings.Contains(msg, "one of the keys"):
+		return deniedKey
+	}
+	return deniedOther
+}
 
 // redisFailure classifies err, an error of a call to Redis; nil when it is
 // not one of the causes fencectl explains (a script error, a bad reply).
 func redisFailure(server string, src source, user, prefix string, timeout time.Duration, err error) *serverError {
 	e := &serverError{server: server, src: src, user: user, prefix: prefix, timeout: timeout, err: err}
 	msg := err.Error()
+	denial := denialOf(msg)
 	switch {
 	case isTimeout(err):
 		e.kind = kindTimeout
-	case strings.Contains(msg, "The user executing the script can't"):
-		e.kind, e.inScript = kindPermission, true
-		if strings.Contains(msg, "keys") {
-			e.keys = "~"
-		}
-	case strings.Contains(msg, "NOPERM"):
+	case denial != deniedNothing:
 		e.kind = kindPermission
-		if m := noPermCommand.FindStringSubmatch(msg); m != nil {
-			e.cmd = strings.ToLower(m[1])
-		} else if strings.Contains(msg, "channel") {
-			e.keys = "&"
-		} else if strings.Contains(msg, "key") {
+		e.inScript = strings.Contains(msg, "The user executing the script can't")
+		switch denial {
+		case deniedCommand:
+			if m := noPermCommand.FindStringSubmatch(msg); m != nil {
+				e.cmd = strings.ToLower(m[1])
+			}
+		case deniedKey:
 			e.keys = "~"
+		case deniedChannel:
+			e.keys = "&"
 		}
 	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"),
 		strings.Contains(msg, "invalid password"), strings.Contains(msg, "without any password configured"):

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io/fs"
@@ -186,6 +187,44 @@ func TestRedisFailuresToldApart(t *testing.T) {
 	code, _, errOut = fencectlProc(t, nil, "locks", "inspect", "job", "--redis", r.Addr)
 	assert.Equal(t, exitFailed, code)
 	assert.Equal(t, "fencectl: Redis at "+r.Addr+` refused the login of user "default": NOAUTH HELLO must be called with the client already authenticated; fix: the server needs a password: add it to the address (--redis), redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user`+"\n", errOut)
+}
+
+// fencectl's other commands name a key refused as a key, with the pattern
+// that fixes it, not as a command or "see the redis checks": locks inspect
+// fails with it, tokens show and doctor's tokens check carry it per
+// resource.
+func TestACLKeyRefusalFixes(t *testing.T) {
+	ctx := ctxT(t)
+	r := testenv.NewRedisServer(t)
+	db := migratedDB(t)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO fencelock.fence (resource, token, holder) VALUES ('job', 1, 'old')`)
+	require.NoError(t, err)
+	u := aclUser(t, r, "lib", "on", ">"+redisSecret, "~fencelock:*", "&fencelock:*", "+evalsha", "+eval", "+get", "+info", "+time")
+	const fix = "ACL SETUSER lib ~fence:* (on every node): fence's keys are fence:* (the default prefix); or, if the application's locks use another prefix (fence.WithPrefix), give it with --prefix"
+
+	code, out, errOut := fencectlProc(t, nil, "locks", "inspect", "job", "--redis", u)
+	assert.Equal(t, exitFailed, code, out+errOut)
+	assert.Equal(t, "fencectl: Redis at "+redactAddr(u)+` refused user "lib": fence: inspect "job": NOPERM this user has no permissions to access one of the keys used as arguments; fix: `+fix+"\n", errOut)
+
+	code, out, errOut = fencectlProc(t, nil, "locks", "inspect", "job", "--redis", u, "--prefix", "jobs:")
+	assert.Equal(t, exitFailed, code, out+errOut)
+	assert.True(t, strings.HasSuffix(errOut, "; fix: ACL SETUSER lib ~jobs:* (on every node): fence's keys are jobs:* (--prefix)\n"), errOut)
+
+	code, out, errOut = fencectlProc(t, nil, "tokens", "show", "--redis", u, "--db", db.URL, "-o", "json")
+	require.Equal(t, exitOK, code, out+errOut)
+	var states []tokenState
+	require.NoError(t, json.Unmarshal([]byte(out), &states), out)
+	require.Len(t, states, 1)
+	assert.Equal(t, "error", states[0].Status)
+	assert.Equal(t, `fence: inspect "job": NOPERM this user has no permissions to access one of the keys used as arguments`, states[0].Detail)
+	assert.Equal(t, fix, states[0].Fix)
+
+	code, out, errOut = fencectlProc(t, nil, "doctor", "--redis", u, "--db", db.URL)
+	assert.Equal(t, exitFailed, code, out+errOut)
+	assert.Contains(t, out, "FAIL  tokens             job: cannot read its counter or clock: fence: inspect \"job\": NOPERM")
+	assert.Contains(t, out, "fix: "+fix+"\n")
+	assert.NotContains(t, out, "see the redis checks")
+	requireNoSecret(t, redisSecret, out, errOut)
 }
 
 // Doctor tells the causes apart too, as its redis check's evidence and fix.

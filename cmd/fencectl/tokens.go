@@ -103,6 +103,9 @@ type tokenState struct {
 	// error (Redis did not answer; see Detail).
 	Status string `json:"status,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	// Fix is what to do about an error whose cause fencectl can tell
+	// (a key outside the user's ACL patterns, a missing command).
+	Fix string `json:"fix,omitempty"`
 }
 
 func readFences(ctx context.Context, db *dbConn, names []string) ([]*tokenState, error) {
@@ -132,6 +135,13 @@ func readFences(ctx context.Context, db *dbConn, names []string) ([]*tokenState,
 // of the node that owns it, and the status.
 func compareTokens(ctx context.Context, rc *redisConn, locks *fence.Client, prefix string, states []*tokenState) {
 	clocks := map[string]int64{}
+	failed := func(s *tokenState, what string, err error) {
+		s.Status, s.Detail = "error", what+oneLine(err)
+		var se *serverError
+		if errors.As(rc.explain(err), &se) {
+			s.Fix = se.Fix()
+		}
+	}
 	for _, s := range states {
 		info, err := locks.Inspect(ctx, s.Resource)
 		if errors.Is(err, fence.ErrInvalidName) {
@@ -139,12 +149,12 @@ func compareTokens(ctx context.Context, rc *redisConn, locks *fence.Client, pref
 			continue
 		}
 		if err != nil {
-			s.Status, s.Detail = "error", oneLine(err)
+			failed(s, "", err)
 			continue
 		}
 		clock, node, err := rc.nodeClock(ctx, lockKey(prefix, s.Resource), clocks)
 		if err != nil {
-			s.Status, s.Detail = "error", "TIME: "+oneLine(err)
+			failed(s, "TIME: ", err)
 			continue
 		}
 		c := info.Counter
@@ -181,6 +191,9 @@ func (a *app) printTokens(states []*tokenState, withRedis bool) error {
 			if s.Detail != "" {
 				st += ": " + s.Detail
 			}
+			if s.Fix != "" {
+				st += "; fix: " + s.Fix
+			}
 			r = append(r, counter, clock, st)
 		}
 		rows = append(rows, r)
@@ -204,6 +217,9 @@ func (a *app) repair(ctx context.Context, db *dbConn, rc *redisConn, locks *fenc
 			case "behind":
 				names = append(names, s.Resource)
 			case "error":
+				if s.Fix != "" {
+					return fmt.Errorf("%s: %s; fix: %s", s.Resource, s.Detail, s.Fix)
+				}
 				return fmt.Errorf("%s: %s", s.Resource, s.Detail)
 			}
 		}
