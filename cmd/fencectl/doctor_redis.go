@@ -328,22 +328,133 @@ func isUnknownCommand(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "unknown command") || strings.Contains(err.Error(), "unknown subcommand"))
 }
 
-// aclVerdict reports denied required and optional commands.
-func (d *doctor) aclVerdict(label, who, how string, denied, deniedOptional []string, user string, cluster bool) {
-	prefix := d.a.prefix
-	fix := aclFix(orDefault(user, "<user>"), prefix, cluster)
+// aclFound is what an ACL check found the user may not do. A command, a
+// key and a channel refused are three causes with three fixes: the
+// commands of the ACL line, or only the key and channel patterns (a user
+// set up for another prefix, or fencectl not told the application's).
+type aclFound struct {
+	commands []string // required commands refused, as the report names them
+	optional []string // PUBLISH, SUBSCRIBE refused: waiters wake later
+	keys     bool     // fence's keys are outside the user's key patterns
+	channels bool     // fence's channels are outside its channel patterns
+	other    []string // probes that failed for another reason
+	// The user's own patterns (ACL GETUSER), read when a key or channel
+	// was refused; patternsErr when they cannot be read (a user may
+	// usually not run ACL GETUSER on itself).
+	keyPatterns, channelPatterns string
+	patternsErr                  error
+}
+
+// add files a refusal, reply in the server's words, under what it is
+// about; what is how the report names the command.
+func (f *aclFound) add(what, reply string, optional bool) {
+	switch denialOf(reply) {
+	case deniedKey:
+		f.keys = true
+	case deniedChannel:
+		f.channels = true
+	default:
+		if optional {
+			f.optional = append(f.optional, what)
+		} else {
+			f.commands = append(f.commands, what)
+		}
+	}
+}
+
+// readPatterns reads user's key and channel patterns, when a key or a
+// channel was refused.
+func (f *aclFound) readPatterns(ctx context.Context, n *redis.Client, user string) {
+	if !f.keys && !f.channels {
+		return
+	}
+	reply, err := n.Do(ctx, "ACL", "GETUSER", user).Result()
+	if err != nil {
+		f.patternsErr = err
+		return
+	}
+	f.keyPatterns = patternList(replyField(reply, "keys"), "~")
+	f.channelPatterns = patternList(replyField(reply, "channels"), "&")
+	if sel, ok := replyField(reply, "selectors").([]any); ok && len(sel) > 0 {
+		// ACL DRYRUN allows what any selector allows: the root patterns
+		// are not all there is.
+		more := fmt.Sprintf(" and those of its %d selectors", len(sel))
+		f.keyPatterns += more
+		f.channelPatterns += more
+	}
+}
+
+// patternList renders ACL GETUSER's keys or channels: Redis 7 gives them
+// as one string ("~a:* ~b:*"), Redis 6 as a list without the sigil.
+func patternList(v any, sigil string) string {
+	var out []string
+	switch p := v.(type) {
+	case string:
+		out = strings.Fields(p)
+	case []any:
+		for _, x := range p {
+			out = append(out, sigil+fmt.Sprint(x))
+		}
+	}
+	if len(out) == 0 {
+		return "(none)"
+	}
+	return strings.Join(out, " ")
+}
+
+// outside says that fence's keys or channels are outside the user's
+// patterns, naming the prefix fence uses and, when readable, the patterns.
+func (d *doctor) outside(f *aclFound, what, patterns string, notePrefix, noteUnreadable bool) string {
+	s := fmt.Sprintf("the %ss %s*", what, d.a.prefix)
+	if notePrefix {
+		s += " (" + prefixSource(d.a.prefix) + ")"
+	}
+	s += fmt.Sprintf(", outside its %s patterns", what)
 	switch {
-	case len(denied) > 0:
-		ev := fmt.Sprintf("%s%s may not run what fence needs (%s): %s", nodeLabel(label), who, how, strings.Join(denied, "; "))
-		if len(deniedOptional) > 0 {
-			ev += fmt.Sprintf("; nor %s (%s)", strings.Join(deniedOptional, "; "), slowWake)
+	case f.patternsErr == nil:
+		return s + " " + patterns
+	case noteUnreadable && isNoPerm(f.patternsErr):
+		return s + " (not readable here: ACL GETUSER is refused)"
+	case noteUnreadable:
+		return s + " (not readable here: ACL GETUSER: " + oneLine(f.patternsErr) + ")"
+	}
+	return s
+}
+
+// aclVerdict reports what the user may not do: a missing command fails,
+// and so do keys outside its patterns; channels outside them, like
+// PUBLISH or SUBSCRIBE refused, only slow waiters down. The fix is the
+// whole ACL line when a command is missing, else only the patterns.
+func (d *doctor) aclVerdict(label, who, how string, f *aclFound, user string, cluster bool) {
+	user = orDefault(user, "<user>")
+	var keys, nor []string
+	if f.keys {
+		keys = append(keys, d.outside(f, "key", f.keyPatterns, true, true))
+	}
+	nor = append(nor, f.optional...)
+	if f.channels {
+		nor = append(nor, "publish or subscribe on "+d.outside(f, "channel", f.channelPatterns, !f.keys, !f.keys))
+	}
+	fix := aclFix(user, d.a.prefix, cluster)
+	if len(f.commands) == 0 && len(f.optional) == 0 {
+		fix = aclPatternFix(user, d.a.prefix, f.keys, f.channels) + otherPrefix(d.a.prefix)
+	}
+	switch {
+	case len(f.commands) > 0 || f.keys:
+		what := "run what fence needs"
+		if len(f.commands) == 0 {
+			what = "use fence's keys"
+		}
+		ev := fmt.Sprintf("%s%s may not %s (%s): %s", nodeLabel(label), who, what, how, strings.Join(append(f.commands, keys...), "; "))
+		if len(nor) > 0 {
+			ev += fmt.Sprintf("; nor %s (%s)", strings.Join(nor, "; "), slowWake)
 		}
 		d.fail("redis.acl", ev, fix)
-	case len(deniedOptional) > 0:
-		d.warn("redis.acl", fmt.Sprintf("%s%s may run the scripts, but not %s (%s): %s", nodeLabel(label), who, how,
-			strings.Join(deniedOptional, "; "), slowWake), fix)
+	case len(nor) > 0:
+		d.warn("redis.acl", fmt.Sprintf("%s%s may run the scripts, but not %s (%s): %s", nodeLabel(label), who,
+			strings.Join(nor, "; "), how, slowWake), fix)
 	default:
-		d.ok("redis.acl", fmt.Sprintf("%s%s may run every command fence uses on keys and channels %s* (%s)", nodeLabel(label), who, prefix, how))
+		d.ok("redis.acl", fmt.Sprintf("%s%s may run every command fence uses on keys and channels %s* (%s)", nodeLabel(label), who, d.a.prefix, how))
 	}
 }
 
@@ -360,24 +471,9 @@ func (d *doctor) checkACL(ctx context.Context, rc *redisConn, n *redis.Client, l
 		}
 	}
 	if user != "" {
-		var denied, deniedOptional []string
-		var dryErr error
-		for _, nd := range aclNeeds(d.a.prefix, rc.cluster) {
-			res, err := n.Do(ctx, append([]any{"ACL", "DRYRUN", user}, nd.args...)...).Text()
-			if err != nil {
-				dryErr = err
-				break
-			}
-			switch {
-			case res == "OK":
-			case nd.optional:
-				deniedOptional = append(deniedOptional, nd.label+" ("+res+")")
-			default:
-				denied = append(denied, nd.label+" ("+res+")")
-			}
-		}
+		f, dryErr := d.dryRunACL(ctx, rc, n, user)
 		if dryErr == nil {
-			d.aclVerdict(label, fmt.Sprintf("user %q", user), "ACL DRYRUN", denied, deniedOptional, user, rc.cluster)
+			d.aclVerdict(label, fmt.Sprintf("user %q", user), "ACL DRYRUN", f, user, rc.cluster)
 			return
 		}
 		if d.aclUser != "" {
@@ -389,33 +485,103 @@ func (d *doctor) checkACL(ctx context.Context, rc *redisConn, n *redis.Client, l
 		// the commands themselves.
 	}
 	// ACL WHOAMI refused too: the user is the one the address names.
-	d.probeACL(ctx, rc, orDefault(user, rc.user), label)
+	d.probeACL(ctx, rc, n, orDefault(user, rc.user), label)
 }
+
+// dryRunACL asks ACL DRYRUN about each command fence sends, with its keys
+// and channels. Redis checks the command first, then the keys, then the
+// channels, so a missing command shows even where the keys are refused.
+func (d *doctor) dryRunACL(ctx context.Context, rc *redisConn, n *redis.Client, user string) (*aclFound, error) {
+	f := &aclFound{}
+	for _, nd := range aclNeeds(d.a.prefix, rc.cluster) {
+		res, err := n.Do(ctx, append([]any{"ACL", "DRYRUN", user}, nd.args...)...).Text()
+		if err != nil {
+			return nil, err
+		}
+		if res != "OK" {
+			f.add(nd.label+" ("+res+")", res, nd.optional)
+		}
+	}
+	f.readPatterns(ctx, n, user)
+	return f, nil
+}
+
+// probeScript makes, with no declared keys, the reads fence's scripts make
+// on the keys in ARGV, and returns each refusal as its command and error:
+// inside a script Redis checks the command before the key, so a missing
+// command shows even where the keys are refused, which a script with
+// declared keys would not reach. Without ARGV it does nothing (EVALSHA).
+const probeScript = `if #ARGV == 0 then return {} end
+local k, seq, q, w = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local out = {}
+local function try(name, ...)
+  local r = redis.pcall(name, ...)
+  if type(r) == 'table' and r.err then
+    out[#out + 1] = name
+    out[#out + 1] = r.err
+  end
+end
+try('GET', seq)
+try('EXISTS', k, q)
+try('PTTL', k)
+try('TIME')
+try('LINDEX', q, 0)
+try('HGET', w, 'x')
+try('HEXISTS', w, 'x')
+return out`
 
 // probeACL runs harmless versions of what fence sends, as the connected
 // user, on a name no application uses. It cannot try the writes inside
 // scripts without writing, and says so.
-func (d *doctor) probeACL(ctx context.Context, rc *redisConn, user, label string) {
+func (d *doctor) probeACL(ctx context.Context, rc *redisConn, n *redis.Client, user, label string) {
 	k := lockKey(d.a.prefix, "fencectl-doctor")
-	seq, ch := k+":seq", k+":ch"
-	var denied, deniedOptional, other []string
+	seq, q, w, ch := k+":seq", k+":q", k+":w", k+":ch"
+	f := &aclFound{}
 	try := func(what string, optional bool, err error) {
 		switch {
 		case err == nil || err == redis.Nil:
-		case isNoPerm(err) && optional:
-			deniedOptional = append(deniedOptional, what)
-		case isNoPerm(err):
-			denied = append(denied, what)
+		case denialOf(err.Error()) != deniedNothing:
+			f.add(what, err.Error(), optional)
 		default:
-			other = append(other, what+": "+oneLine(err))
+			f.other = append(f.other, what+": "+oneLine(err))
 		}
 	}
-	// On a cluster the cluster client routes each probe to the key's node.
+	// The script reaches its keys undeclared, so it must run on their node:
+	// on a cluster, the master of the name's slot.
 	r := rc.rdb
-	const probe = "redis.call('PTTL', KEYS[1]); redis.call('GET', KEYS[2]); redis.call('TIME'); return 1"
-	script := redis.NewScript(probe)
-	try("EVAL with GET, PTTL, TIME inside", false, r.Eval(ctx, probe, []string{k, seq}).Err())
-	try("EVALSHA", false, r.EvalSha(ctx, script.Hash(), []string{k, seq}).Err())
+	var script redis.Scripter = r
+	if cc, ok := r.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, k)
+		if err != nil {
+			d.fail("redis.acl", nodeLabel(label)+"cannot find the node of "+k+": "+oneLine(err), d.redisFix(rc, err, "check CLUSTER SLOTS on any node"))
+			return
+		}
+		script = m
+	}
+	refused, err := script.Eval(ctx, probeScript, nil, k, seq, q, w).StringSlice()
+	try("EVAL", false, err)
+	var inside []string
+	for i := 0; i+1 < len(refused); i += 2 {
+		if denialOf(refused[i+1]) == deniedNothing {
+			f.other = append(f.other, refused[i]+" inside a script: "+refused[i+1])
+			continue
+		}
+		if denialOf(refused[i+1]) == deniedKey {
+			f.keys = true
+			continue
+		}
+		inside = append(inside, refused[i])
+	}
+	if len(inside) > 0 {
+		f.commands = append(f.commands, strings.Join(inside, ", ")+" inside scripts")
+	}
+	// With declared keys, as fence sends it; NOSCRIPT: EVAL was refused,
+	// so the script is not cached, and EVALSHA itself was allowed.
+	err = r.EvalSha(ctx, redis.NewScript(probeScript).Hash(), []string{k, seq}).Err()
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		err = nil
+	}
+	try("EVALSHA", false, err)
 	var sub *redis.PubSub
 	pub, subName := "PUBLISH", "SUBSCRIBE"
 	if rc.cluster {
@@ -427,7 +593,7 @@ func (d *doctor) probeACL(ctx context.Context, rc *redisConn, user, label string
 		sub = r.Subscribe(ctx, ch)
 	}
 	sctx, cancel := context.WithTimeout(ctx, d.a.timeout)
-	_, err := sub.Receive(sctx)
+	_, err = sub.Receive(sctx)
 	cancel()
 	_ = sub.Close()
 	try(subName, true, err)
@@ -435,13 +601,14 @@ func (d *doctor) probeACL(ctx context.Context, rc *redisConn, user, label string
 	if user != "" {
 		who = fmt.Sprintf("user %q", user)
 	}
-	if len(other) > 0 && len(denied) == 0 {
-		d.warn("redis.acl", fmt.Sprintf("%s%s: probes failed: %s", nodeLabel(label), who, strings.Join(other, "; ")),
+	if len(f.other) > 0 && len(f.commands) == 0 && !f.keys {
+		d.warn("redis.acl", fmt.Sprintf("%s%s: probes failed: %s", nodeLabel(label), who, strings.Join(f.other, "; ")),
 			"check the errors above")
 		return
 	}
+	f.readPatterns(ctx, n, user)
 	d.aclVerdict(label, who, "tried, since ACL DRYRUN is not allowed to this user; writes inside scripts not tried: --acl-user from an admin address checks them",
-		denied, deniedOptional, user, rc.cluster)
+		f, user, rc.cluster)
 }
 
 func orDefault(s, def string) string {

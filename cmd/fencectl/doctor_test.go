@@ -253,10 +253,11 @@ func TestDoctorACLDryRun(t *testing.T) {
 	assert.Contains(t, verdicts(out)["warn"], "redis.acl", out)
 	assert.Contains(t, out, "a waiter learns of it at its next heartbeat")
 
-	// Keys outside the user's pattern: ACL DRYRUN sees it too.
+	// Keys outside the user's pattern: ACL DRYRUN sees it too, as keys.
 	code, out, _ = fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--acl-user", "quiet", "--prefix", "other:")
 	assert.Equal(t, exitFailed, code)
-	assert.Contains(t, out, "EVALSHA (")
+	assert.Contains(t, out, `user "quiet" may not use fence's keys (ACL DRYRUN): the keys other:* (--prefix), outside its key patterns ~fence:*; nor PUBLISH (`)
+	assert.NotContains(t, out, "EVALSHA (", "a key refused is not a command refused")
 }
 
 // Doctor pointed at a replica fails; on the master it sees the replica and

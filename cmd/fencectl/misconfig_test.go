@@ -189,6 +189,129 @@ func TestRedisFailuresToldApart(t *testing.T) {
 	assert.Equal(t, "fencectl: Redis at "+r.Addr+` refused the login of user "default": NOAUTH HELLO must be called with the client already authenticated; fix: the server needs a password: add it to the address (--redis), redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user`+"\n", errOut)
 }
 
+// aclFinding runs doctor with args and returns its redis.acl finding.
+func aclFinding(t *testing.T, args ...string) finding {
+	t.Helper()
+	_, out, errOut := fencectlProc(t, nil, append([]string{"doctor", "-o", "json"}, args...)...)
+	requireNoSecret(t, redisSecret, out, errOut)
+	var report struct{ Checks []finding }
+	require.NoError(t, json.Unmarshal([]byte(out), &report), out+errOut)
+	for _, f := range report.Checks {
+		if f.Check == "redis.acl" {
+			return f
+		}
+	}
+	t.Fatalf("no redis.acl check in %s", out)
+	return finding{}
+}
+
+// The README's command list, as doctor's fix gives it.
+const aclLineCommands = "+evalsha +eval +get +exists +set +pexpire +pttl +del +time +lindex +lpop +rpush +lrem +hget +hset +hdel +hexists +publish +subscribe +info +pubsub|numsub"
+
+// A command the user may not run, fence's keys outside its key patterns and
+// fence's channels outside its channel patterns are three causes: doctor
+// names each as what it is, both when it may dry-run the user's commands
+// (--acl-user from an admin address) and when it can only try them as the
+// user. A key or channel refused names the prefix fence uses and, where ACL
+// GETUSER is allowed, the user's own patterns; its fix is the patterns only,
+// unless a command is missing too. Each fix, applied, makes the check pass.
+func TestDoctorACLRefusalsToldApart(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	const (
+		tried    = "tried, since ACL DRYRUN is not allowed to this user; writes inside scripts not tried: --acl-user from an admin address checks them"
+		hidden   = "(not readable here: ACL GETUSER is refused)"
+		other    = "; or, if the application's locks use another prefix (fence.WithPrefix), give it with --prefix"
+		slowWake = "releases still hand the lock over, but a waiter learns of it at its next heartbeat instead of at once"
+	)
+	// Each user may run every command but ACL DRYRUN and GETUSER (@admin),
+	// unless its rules say otherwise.
+	all := []any{"+@all", "-@admin"}
+	for _, tc := range []struct {
+		user    string
+		rules   []any
+		verdict verdict
+		// the evidence after `user "<user>" may ` with the check's way
+		// (ACL DRYRUN or tried) as %[1]s and its patterns (or hidden) as
+		// %[2]s, for the probe and for the dry run; the fix.
+		probe, dryRun []string // evidence, patterns
+		fix           string
+	}{
+		{"keys", append([]any{"~fencelock:*", "&fence:*"}, all...), verdictFail,
+			[]string{`not use fence's keys (%[1]s): the keys fence:* (the default prefix), outside its key patterns %[2]s`, hidden},
+			[]string{`not use fence's keys (%[1]s): the keys fence:* (the default prefix), outside its key patterns %[2]s`, "~fencelock:*"},
+			"ACL SETUSER keys ~fence:* (on every node)" + other},
+		{"chans", append([]any{"~fence:*", "&fencelock:*"}, all...), verdictWarn,
+			[]string{`run the scripts, but not publish or subscribe on the channels fence:* (the default prefix), outside its channel patterns %[2]s (%[1]s): ` + slowWake, hidden},
+			[]string{`run the scripts, but not publish or subscribe on the channels fence:* (the default prefix), outside its channel patterns %[2]s (%[1]s): ` + slowWake, "&fencelock:*"},
+			"ACL SETUSER chans &fence:* (on every node)" + other},
+		{"both", append([]any{"~fencelock:*", "&fencelock:*"}, all...), verdictFail,
+			[]string{`not use fence's keys (%[1]s): the keys fence:* (the default prefix), outside its key patterns %[2]s; nor publish or subscribe on the channels fence:*, outside its channel patterns (` + slowWake + `)`, hidden},
+			[]string{`not use fence's keys (%[1]s): the keys fence:* (the default prefix), outside its key patterns %[2]s; nor publish or subscribe on the channels fence:*, outside its channel patterns &fencelock:* (` + slowWake + `)`, "~fencelock:*"},
+			"ACL SETUSER both ~fence:* &fence:* (on every node)" + other},
+		{"cmd", append([]any{"~fence:*", "&fence:*"}, append(all, "-pttl")...), verdictFail,
+			[]string{`not run what fence needs (%[1]s): PTTL inside scripts`, ""},
+			[]string{`not run what fence needs (%[1]s): PTTL (This user has no permissions to run the 'pttl' command)`, ""},
+			"ACL SETUSER cmd ~fence:* &fence:* " + aclLineCommands + " (on every node)"},
+		// A user set up for the prefix fencelock: with a short command
+		// list: the keys and channels refused, and commands inside
+		// fence's scripts (EXISTS, PTTL, SET, ...) missing too.
+		{"lib", []any{"~fencelock:*", "&fencelock:*", "+evalsha", "+eval", "+get", "+info", "+pubsub|numsub", "+publish", "+subscribe", "+spublish", "+ssubscribe", "+time", "+script|load"}, verdictFail,
+			[]string{`not run what fence needs (%[1]s): EXISTS, PTTL, LINDEX, HGET, HEXISTS inside scripts; the keys fence:* (the default prefix), outside its key patterns %[2]s; nor publish or subscribe on the channels fence:*, outside its channel patterns (` + slowWake + `)`, hidden},
+			nil,
+			"ACL SETUSER lib ~fence:* &fence:* " + aclLineCommands + " (on every node)"},
+	} {
+		t.Run(tc.user, func(t *testing.T) {
+			u := aclUser(t, r, append([]any{tc.user, "on", ">" + redisSecret}, tc.rules...)...)
+			who := fmt.Sprintf("user %q may ", tc.user)
+
+			f := aclFinding(t, "--redis", u)
+			assert.Equal(t, tc.verdict, f.Verdict)
+			assert.Equal(t, who+fmt.Sprintf(tc.probe[0], tried, tc.probe[1]), f.Evidence)
+			assert.Equal(t, tc.fix, f.Fix)
+
+			if tc.dryRun == nil {
+				// The dry run names every command of the line but three: shown apart.
+				f = aclFinding(t, "--redis", r.Addr, "--acl-user", tc.user)
+				assert.Equal(t, verdictFail, f.Verdict)
+				assert.Contains(t, f.Evidence, who+"not run what fence needs (ACL DRYRUN): EXISTS (This user has no permissions to run the 'exists' command); SET (")
+				assert.Contains(t, f.Evidence, "; the keys fence:* (the default prefix), outside its key patterns ~fencelock:*; nor publish or subscribe on the channels fence:*, outside its channel patterns &fencelock:* (")
+				assert.NotContains(t, f.Evidence, "EVALSHA (", "EVALSHA is allowed; its key is what is refused")
+				assert.Equal(t, tc.fix, f.Fix)
+			} else {
+				f = aclFinding(t, "--redis", r.Addr, "--acl-user", tc.user)
+				assert.Equal(t, tc.verdict, f.Verdict)
+				assert.Equal(t, who+fmt.Sprintf(tc.dryRun[0], "ACL DRYRUN", tc.dryRun[1]), f.Evidence)
+				assert.Equal(t, tc.fix, f.Fix)
+			}
+
+			// The fix as printed, up to its parenthesis, run on the server.
+			paste, _, ok := strings.Cut(tc.fix, " (on every node)")
+			require.True(t, ok, tc.fix)
+			var args []any
+			for _, a := range strings.Fields(paste) {
+				args = append(args, a)
+			}
+			require.NoError(t, r.Client().Do(ctxT(t), args...).Err(), paste)
+			for _, args := range [][]string{{"--redis", u}, {"--redis", r.Addr, "--acl-user", tc.user}} {
+				f = aclFinding(t, args...)
+				assert.Equal(t, verdictOK, f.Verdict, "after the fix (%v): %s", args, f.Evidence)
+			}
+		})
+	}
+
+	// The other fix: doctor told the application's prefix.
+	aclUser(t, r, "app", "on", ">"+redisSecret, "~fencelock:*", "&fencelock:*", "+@all", "-@admin")
+	f := aclFinding(t, "--redis", r.Addr, "--acl-user", "app")
+	assert.Equal(t, verdictFail, f.Verdict)
+	f = aclFinding(t, "--redis", r.Addr, "--acl-user", "app", "--prefix", "fencelock:")
+	assert.Equal(t, verdictOK, f.Verdict, f.Evidence)
+	assert.Contains(t, f.Evidence, "keys and channels fencelock:*")
+	// Another prefix given: the fix names it, and no other.
+	f = aclFinding(t, "--redis", r.Addr, "--acl-user", "app", "--prefix", "jobs:")
+	assert.Equal(t, `user "app" may not use fence's keys (ACL DRYRUN): the keys jobs:* (--prefix), outside its key patterns ~fencelock:*; nor publish or subscribe on the channels jobs:*, outside its channel patterns &fencelock:* (`+slowWake+`)`, f.Evidence)
+	assert.Equal(t, "ACL SETUSER app ~jobs:* &jobs:* (on every node)", f.Fix)
+}
+
 // fencectl's other commands name a key refused as a key, with the pattern
 // that fixes it, not as a command or "see the redis checks": locks inspect
 // fails with it, tokens show and doctor's tokens check carry it per
@@ -370,6 +493,19 @@ func TestREADMEACLUserCluster(t *testing.T) {
 	assert.Empty(t, verdicts(out)["FAIL"], out)
 	assert.Equal(t, 2, strings.Count(out, `user "app" may run every command fence uses`), out)
 	requireNoSecret(t, redisSecret, out, errOut)
+
+	// Keys outside the user's patterns, tried on the cluster (sharded
+	// pub/sub needs no key, and its channels are still covered).
+	for _, n := range c.Nodes {
+		require.NoError(t, n.Client().Do(ctx, "ACL", "SETUSER", "app", "resetkeys", "~fencelock:*").Err())
+	}
+	code, out, errOut = fencectlProc(t, nil, "doctor", "--redis", u)
+	assert.Equal(t, exitFailed, code, out+errOut)
+	assert.Equal(t, 2, strings.Count(out, `user "app" may not use fence's keys (tried, since ACL DRYRUN is not allowed to this user; writes inside scripts not tried: --acl-user from an admin address checks them): the keys fence:* (the default prefix), outside its key patterns (not readable here: ACL GETUSER is refused)`+"\n"), out)
+	assert.Equal(t, 2, strings.Count(out, "fix: ACL SETUSER app ~fence:* (on every node); or, if the application's locks use another prefix (fence.WithPrefix), give it with --prefix\n"), out)
+	for _, n := range c.Nodes {
+		require.NoError(t, n.Client().Do(ctx, "ACL", "SETUSER", "app", "~fence:*").Err())
+	}
 
 	// A node without the user: doctor says it refuses the login, not that
 	// it is down.

@@ -189,19 +189,8 @@ func serverInfo(ctx context.Context, c *redis.Client) (version, role, mode strin
 	m, err := c.Do(ctx, "HELLO").Result()
 	if err == nil {
 		get := func(k string) string {
-			switch mm := m.(type) {
-			case map[any]any:
-				s, _ := mm[k].(string)
-				return s
-			case []any: // RESP2: flat key/value list
-				for i := 0; i+1 < len(mm); i += 2 {
-					if mm[i] == k {
-						s, _ := mm[i+1].(string)
-						return s
-					}
-				}
-			}
-			return ""
+			s, _ := replyField(m, k).(string)
+			return s
 		}
 		return get("version"), get("role"), get("mode"), nil
 	}
@@ -226,6 +215,22 @@ func serverInfo(ctx context.Context, c *redis.Client) (version, role, mode strin
 		mode = "cluster"
 	}
 	return f["redis_version"], role, mode, nil
+}
+
+// replyField is the value of key k in a map reply (HELLO, ACL GETUSER):
+// a map in RESP3, a flat key/value list in RESP2; nil when absent.
+func replyField(reply any, k string) any {
+	switch m := reply.(type) {
+	case map[any]any:
+		return m[k]
+	case []any:
+		for i := 0; i+1 < len(m); i += 2 {
+			if m[i] == k {
+				return m[i+1]
+			}
+		}
+	}
+	return nil
 }
 
 // sentinelMasterName picks the master to use from a Sentinel: the one
