@@ -38,13 +38,16 @@
 // Everything lives in the Postgres schema "fencelock": 00001 creates the
 // tables (fence: newest token per resource; applied: idempotency keys;
 // runs: resumable runs) and schema_version, 00002 the functions (CREATE
-// OR REPLACE), 00003 the outbox, and 00004 brings a database whose 00001
+// OR REPLACE), 00003 the outbox, 00004 brings a database whose 00001
 // and 00002 came from the earlier files (released at 88937a5, before
 // they were edited in place) to the same schema: the fence lock's
-// functions, the read grant, schema_version(). Every table and function
-// carries a COMMENT (\d+ and \df+ in psql). pgfence and sqlfence need the
-// schema of the last migration and refuse an older one with an error that
-// says how to migrate it.
+// functions, the read grant, schema_version(); and 00005 bounds the
+// outbox's reads for operators: an index of dead rows, outbox_backlog
+// (counts by state up to a limit, over indexes), outbox_list through the
+// index. Every table and function carries a COMMENT (\d+ and \df+ in
+// psql). pgfence, sqlfence and outbox relays need the schema of the last
+// migration and refuse an older one with an error that says how to
+// migrate it.
 //
 // A released migration never changes: databases have applied it, and
 // goose never applies a version twice. A change is a new migration that

@@ -26,7 +26,7 @@ func requireAllState(t *testing.T, db *sql.DB, want goose.State) []*goose.Migrat
 
 // Down through the plain goose CLI (package API) also refuses while a table
 // is protected: Postgres names the table. goose runs each Down in its own
-// transaction, so 00004 and the outbox (00003) go first; 00002's Down
+// transaction, so 00005, 00004 and the outbox (00003) go first; 00002's Down
 // refuses, and the functions that fence the table stay, with its trigger.
 func TestGooseCLIDownRefusesProtectedTable(t *testing.T) {
 	db := openDB(t, testenv.NewDB(t).URL)

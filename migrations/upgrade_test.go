@@ -10,10 +10,12 @@ import (
 	neturl "net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/sqlfence"
@@ -146,30 +148,34 @@ func requireFenceLock(t *testing.T, pool *pgxpool.Pool) {
 }
 
 // A database at version 3 as landed at be68919 (00001 to 00003 as they are
-// now, pinned by TestReleasedMigrationsUnchanged), in use: Up applies 00004,
-// which changes nothing there but schema_version(), and the schema is a
-// fresh install's.
+// now, pinned by TestReleasedMigrationsUnchanged), in use: 00004 changes
+// nothing there but schema_version(), and Up brings it to exactly a fresh
+// install's schema.
 func TestUpgradeFromBe68919(t *testing.T) {
 	want := freshCatalog(t)
 	db := openDB(t, testenv.NewDB(t).URL)
 	ctx := ctxT(t)
-	_, err := gooseProvider(t, db, migrations.FS()).UpTo(ctx, 3)
+	p := gooseProvider(t, db, migrations.FS())
+	_, err := p.UpTo(ctx, 3)
 	require.NoError(t, err)
 	inUse(t, db)
 	before := catalog(t, db)
 
-	require.NoError(t, migrations.Up(ctx, db))
-	assert.Equal(t, allVersions(t), recorded(t, db))
-	requireInUse(t, db)
-	got := catalog(t, db)
+	_, err = p.UpTo(ctx, 4)
+	require.NoError(t, err)
 	var changed []string
-	for _, d := range catalogDiff(before, got) {
+	for _, d := range catalogDiff(before, catalog(t, db)) {
 		if !strings.Contains(d, "function fencelock.schema_version()") {
 			changed = append(changed, d)
 		}
 	}
 	assert.Empty(t, changed, "00004 changes only schema_version() on a database whose 00001 to 00003 are the landed files")
-	assert.Len(t, catalogDiff(before, got), 2, "schema_version() is redefined")
+	assert.Len(t, catalogDiff(before, catalog(t, db)), 2, "schema_version() is redefined")
+
+	require.NoError(t, migrations.Up(ctx, db))
+	assert.Equal(t, allVersions(t), recorded(t, db))
+	requireInUse(t, db)
+	got := catalog(t, db)
 	assert.Empty(t, catalogDiff(want, got), "the upgraded schema differs from a fresh install's")
 	assert.Equal(t, want, got)
 }
@@ -217,7 +223,7 @@ func newAppRole(t *testing.T, db *sql.DB, dbURL string) (role, roleURL string) {
 }
 
 // Against a schema older than they need (migrated at 88937a5, then to
-// version 3), pgfence and sqlfence refuse every guarded call before they
+// each version before the last), pgfence and sqlfence refuse every guarded call before they
 // send anything that could store a token, with one error naming the
 // versions and a fix whose URL migrates the database (the owner's, for a
 // Store that connects as an application role); once Up has run, the same
@@ -270,7 +276,7 @@ func TestStoresRefuseOldSchema(t *testing.T) {
 			t.Logf("%s: %s", name, msg)
 			assert.NotContains(t, msg, "\n", name)
 			assert.Equal(t, 1, strings.Count(msg, "out of date"), msg)
-			assert.Contains(t, msg, `guard: fencelock schema out of date: schema fencelock in database "`+tdb.Name+`" is at `+have+` and this fencelock needs 4: `, name)
+			assert.Contains(t, msg, `guard: fencelock schema out of date: schema fencelock in database "`+tdb.Name+`" is at `+have+` and this fencelock needs `+strconv.Itoa(pgcore.SchemaVersion)+`: `, name)
 			m := regexp.MustCompile(`, or: fencectl migrate up --db '([^']+)'( \(with the password( of "[^"]+")? in place of xxxxx\))?$`).FindStringSubmatch(msg)
 			require.NotNil(t, m, msg)
 			u, err := neturl.Parse(m[1])
@@ -289,9 +295,11 @@ func TestStoresRefuseOldSchema(t *testing.T) {
 		requireInUse(t, db) // nothing stored the new token
 	}
 	refused("a version older than 3 (it has no fencelock.schema_version())")
-	_, err = gooseProvider(t, db, migrations.FS()).UpTo(ctx, 3)
-	require.NoError(t, err)
-	refused("version 3")
+	for v := int64(3); v < lastVersion(t); v++ {
+		_, err = gooseProvider(t, db, migrations.FS()).UpTo(ctx, v)
+		require.NoError(t, err)
+		refused("version " + strconv.FormatInt(v, 10))
+	}
 
 	// The fix as written (a password masked as xxxxx works: the test
 	// server trusts its loopback clients).

@@ -15,13 +15,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// SchemaVersion is the fencelock schema the stores' statements need: the
-// migration that last changed what they rely on (00004: the fence lock and
-// the read grant on every database, whichever files installed 00001 and
-// 00002). A Store refuses to run against an older schema: a claim stored
-// by an older claim, without the fence lock, would not keep commits in
-// token order. migrations' tests keep it at the last migration.
-const SchemaVersion = 4
+// SchemaVersion is the fencelock schema this fencelock needs: the last
+// migration, 00005 (the outbox's bounded counts, outbox.Backlog's
+// fencelock.outbox_backlog); the stores' own statements rely on 00004 (the
+// fence lock and the read grant on every database, whichever files
+// installed 00001 and 00002). A Store, and a relay, refuses to run
+// against an older schema, so that an application that migrates at
+// start-up has every function its fencelock calls, and a claim is never
+// stored without the fence lock (an older claim's), which would not keep
+// commits in token order. migrations' tests keep it at the last
+// migration.
+const SchemaVersion = 5
 
 // SchemaVersionSQL is the version fencelock.schema_version() returns,
 // read from the function's body in the catalog (every migration defines
