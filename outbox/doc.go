@@ -105,7 +105,9 @@
 // index probe per resource), starting where the previous claim stopped so
 // that every resource gets its turn. A backlog of a million rows costs a
 // claim no more than a backlog of a hundred, and a relay holds in memory
-// what its batches hold.
+// what its batches hold. The operators' reads are bounded the same way:
+// [Backlog] counts by state up to a limit over indexes, [List] reads as
+// many dead rows as it lists; [Count], exact, reads the whole table.
 //
 // Per-resource order ([Effect].Ordered): an ordered effect is sent only
 // once every older ordered effect of its resource (by the token of its

@@ -17,7 +17,8 @@ var (
 	// or that transaction has ended. Nothing is recorded.
 	ErrNotGuarded = errors.New("outbox: not an open guarded transaction")
 
-	// ErrInvalidOption is returned by NewRelay for a bad option.
+	// ErrInvalidOption is returned by NewRelay for a bad option, and by
+	// List and Backlog for a bad limit.
 	ErrInvalidOption = errors.New("outbox: invalid option")
 
 	// ErrNilDB is returned by NewRelay and the operator calls for a nil DB.

@@ -2,10 +2,15 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Row is an outbox row as operators see it (List): everything but the
@@ -40,7 +45,9 @@ type Counts struct {
 }
 
 // List returns up to limit outbox rows, oldest first: the dead ones when
-// dead is true, else the live ones.
+// dead is true, else the live ones. Dead rows are read through an index
+// of their own, as many as are listed; live ones by the primary key, which
+// also steps over the dead rows older than the last one listed.
 func List(ctx context.Context, db DB, dead bool, limit int) ([]Row, error) {
 	if db == nil {
 		return nil, ErrNilDB
@@ -70,7 +77,10 @@ func List(ctx context.Context, db DB, dead bool, limit int) ([]Row, error) {
 	return out, nil
 }
 
-// Count counts the outbox rows by state.
+// Count counts the outbox rows by state, exactly: one pass over the
+// whole table, so its cost grows with the backlog. For monitoring, or any
+// table that may grow large, use [Backlog], which reads a bounded number
+// of rows.
 func Count(ctx context.Context, db DB) (Counts, error) {
 	if db == nil {
 		return Counts{}, ErrNilDB
@@ -84,6 +94,92 @@ func Count(ctx context.Context, db DB) (Counts, error) {
 		return Counts{}, fmt.Errorf("outbox: count: %w", describe(err))
 	}
 	return c, nil
+}
+
+// DefaultBacklogLimit is the limit Backlog counts up to when given 0.
+const DefaultBacklogLimit = 10000
+
+// CappedCounts are Counts read up to a limit ([Backlog]): each count is
+// at most Limit, exact unless its Capped flag is set.
+type CappedCounts struct {
+	Counts
+	// Limit is the limit the counts were read with.
+	Limit int `json:"limit"`
+	// Capped says which counts are lower bounds: there may be more rows in
+	// that state than counted.
+	Capped Capped `json:"capped"`
+}
+
+// Capped flags, per state, a count of CappedCounts that may be short.
+type Capped struct {
+	Due     bool `json:"due"`
+	Waiting bool `json:"waiting"`
+	Claimed bool `json:"claimed"`
+	Dead    bool `json:"dead"`
+}
+
+// Backlog counts the outbox rows by state as Count does, reading at most
+// limit+1 rows from each of four indexes (live unordered rows due now,
+// and due later; live ordered rows; dead rows) whatever the table's size:
+// fencelock.outbox_backlog. A count is exact when the rows it is read from
+// number at most limit; otherwise it is a lower bound, at most limit, and
+// its Capped flag is set. A state can be capped below limit: rows due
+// later are read together for waiting and claimed, and ordered rows for
+// all three live states, so when either read is cut short each of those
+// counts is what the rows read held. limit 0 means DefaultBacklogLimit.
+// It needs migration 5 (fencelock.outbox_backlog).
+func Backlog(ctx context.Context, db DB, limit int) (CappedCounts, error) {
+	if db == nil {
+		return CappedCounts{}, ErrNilDB
+	}
+	if limit == 0 {
+		limit = DefaultBacklogLimit
+	}
+	if limit < 0 || limit > math.MaxInt32 {
+		return CappedCounts{}, fmt.Errorf("%w: Backlog limit %d: give 1 to %d, or 0 for the default (%d)", ErrInvalidOption, limit, math.MaxInt32, DefaultBacklogLimit)
+	}
+	rows, err := db.Query(ctx, `SELECT due, waiting, claimed, dead, due_capped, waiting_capped, claimed_capped, dead_capped
+  FROM fencelock.outbox_backlog($1)`, pgx.QueryExecModeExec, limit)
+	if err != nil {
+		return CappedCounts{}, backlogError(ctx, db, err)
+	}
+	c := CappedCounts{Limit: limit}
+	if err := (pgxRow{rows}).Scan(&c.Due, &c.Waiting, &c.Claimed, &c.Dead,
+		&c.Capped.Due, &c.Capped.Waiting, &c.Capped.Claimed, &c.Capped.Dead); err != nil {
+		return CappedCounts{}, backlogError(ctx, db, err)
+	}
+	return c, nil
+}
+
+// backlogError words an error of Backlog: a schema older than migration
+// 5 as the stores word it (matching guard.ErrSchemaMissing, with the
+// command that migrates it), a role whose EXECUTE grant predates
+// outbox_backlog with the GRANT to repeat, read from the catalog; any
+// other error as the relay describes it.
+func backlogError(ctx context.Context, db DB, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || (pgErr.Code != "42883" && pgErr.Code != "42501") || !strings.Contains(pgErr.Message, "outbox_backlog") {
+		return fmt.Errorf("outbox: backlog: %w", describe(err))
+	}
+	rows, qerr := db.Query(ctx, pgcore.SchemaSQL, pgx.QueryExecModeExec)
+	var s pgcore.Schema
+	if qerr == nil {
+		qerr = pgxRow{rows}.Scan(s.Dest()...)
+	}
+	switch {
+	case qerr != nil:
+		return fmt.Errorf("outbox: backlog: %w", describe(err))
+	case s.Err(pgcore.PgxTarget(db)) != nil:
+		return fmt.Errorf("outbox: backlog: %w", s.Err(pgcore.PgxTarget(db)))
+	case pgErr.Code == "42501":
+		owner := "the schema's owner"
+		if s.Owner.Valid {
+			owner = fmt.Sprintf("the schema's owner, role %q", s.Owner.String)
+		}
+		return fmt.Errorf("outbox: backlog: role %q may not execute fencelock.outbox_backlog (migration 5 added it, and a grant on all functions covers only those that existed when it was made): as %s, GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %s",
+			s.User, owner, pgx.Identifier{s.User}.Sanitize())
+	}
+	return fmt.Errorf("outbox: backlog: %w", describe(err))
 }
 
 // Requeue makes dead rows due again with their attempts reset: the rows

@@ -1,7 +1,10 @@
 // Package outboxtest runs outbox relays for tests and fault trials: in the
 // test's process ([StartRelay]), or as processes of their own that a test
 // can SIGKILL ([RelayProcess], [StartProcess]). The outbox's tests, otel's
-// and the chaos suite's relay trials use it.
+// and the chaos suite's relay trials use it. It also writes a large
+// backlog ([LoadBacklog]) and reads back the plans Postgres ran, with the
+// rows they read ([Plans]), for the tests that pin that the outbox's
+// statements stay bounded (the outbox's and fencectl's).
 //
 // A binary that starts relay processes runs [RelayMain] first thing when
 // [IsRelayProcess] reports true, as a test binary's TestMain does:
