@@ -150,15 +150,19 @@ func (o *Observer) OnRelayError(ctx context.Context, e outbox.ErrorEvent) {
 }
 
 // WithOutboxBacklog adds the gauge fencelock.outbox.backlog: the rows of
-// db's fencelock.outbox by state (due, waiting, claimed, dead; as
-// outbox.Count counts them). A reading counts the table (outbox.Count, one
-// pass over it), so it is taken at most once per every (0:
+// db's fencelock.outbox by state (due, waiting, claimed, dead), as
+// outbox.Backlog counts them: over indexes, at most
+// outbox.DefaultBacklogLimit rows per state, so that a reading costs the
+// same with a backlog of millions as with one of thousands. A count
+// saturates at that limit: the gauge fencelock.outbox.backlog.capped is 1
+// for a state whose count may be short (its rows reached the limit), 0
+// otherwise. A reading is taken at most once per every (0:
 // DefaultBacklogInterval; at least a second), however often metrics are
 // collected and by however many readers: collections in between report
 // the last reading. A reading is bounded by a timeout (10 s, or the
 // collection's deadline); one that fails reports no value and counts an
-// error (fencelock.outbox.errors, op backlog). Give it to one process per
-// database, with an interval long enough for the table's size.
+// error (fencelock.outbox.errors, op backlog). One process per database is
+// enough.
 func WithOutboxBacklog(db outbox.DB, every time.Duration) Option {
 	return func(c *config) error {
 		if db == nil {
@@ -182,20 +186,20 @@ type backlog struct {
 
 	mu     sync.Mutex // one reading at a time; collections wait for it
 	at     time.Time  // when the last reading was taken
-	counts outbox.Counts
+	counts outbox.CappedCounts
 	err    error
 }
 
 // read returns the last reading, taking a new one when it is older than
 // every.
-func (b *backlog) read(ctx context.Context) (outbox.Counts, error, bool) {
+func (b *backlog) read(ctx context.Context) (outbox.CappedCounts, error, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	fresh := b.at.IsZero() || time.Since(b.at) >= b.every
 	if fresh {
 		b.at = time.Now()
 		rctx, cancel := context.WithTimeout(ctx, backlogTimeout)
-		b.counts, b.err = outbox.Count(rctx, b.db)
+		b.counts, b.err = outbox.Backlog(rctx, b.db, outbox.DefaultBacklogLimit)
 		cancel()
 	}
 	return b.counts, b.err, fresh
@@ -207,20 +211,35 @@ func (o *Observer) backlogGauge(m metric.Meter, b *backlog) error {
 	for i, s := range states {
 		sets[i] = metric.WithAttributeSet(attribute.NewSet(KeyState.String(s)))
 	}
-	_, err := m.Int64ObservableGauge("fencelock.outbox.backlog", metric.WithUnit("{row}"),
-		metric.WithDescription("Rows of fencelock.outbox by state: due (may be claimed now), waiting (backing off), claimed (held by a relay), dead (until requeued). Read at most once per WithOutboxBacklog's interval."),
-		metric.WithInt64Callback(func(ctx context.Context, obs metric.Int64Observer) error {
-			c, err, fresh := b.read(ctx)
-			if err != nil {
-				if fresh {
-					o.relay.errors.Add(context.WithoutCancel(ctx), 1, o.fixed(KeyOp.String("backlog")))
-				}
-				return nil // no value: the reading failed
+	rows, err := m.Int64ObservableGauge("fencelock.outbox.backlog", metric.WithUnit("{row}"),
+		metric.WithDescription(fmt.Sprintf("Rows of fencelock.outbox by state: due (may be claimed now), waiting (backing off), claimed (held by a relay), dead (until requeued); at most %d each (fencelock.outbox.backlog.capped says when there may be more). Read at most once per WithOutboxBacklog's interval.", outbox.DefaultBacklogLimit)))
+	if err != nil {
+		return err
+	}
+	capped, err := m.Int64ObservableGauge("fencelock.outbox.backlog.capped", metric.WithUnit("1"),
+		metric.WithDescription(fmt.Sprintf("1 when fencelock.outbox.backlog's count of the state may be short: its rows reached the %d it counts up to; else 0.", outbox.DefaultBacklogLimit)))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
+		c, err, fresh := b.read(ctx)
+		if err != nil {
+			if fresh {
+				o.relay.errors.Add(context.WithoutCancel(ctx), 1, o.fixed(KeyOp.String("backlog")))
 			}
-			for i, n := range [...]int64{c.Due, c.Waiting, c.Claimed, c.Dead} {
-				obs.Observe(n, sets[i])
+			return nil // no value: the reading failed
+		}
+		for i, n := range [...]int64{c.Due, c.Waiting, c.Claimed, c.Dead} {
+			obs.ObserveInt64(rows, n, sets[i])
+		}
+		for i, short := range [...]bool{c.Capped.Due, c.Capped.Waiting, c.Capped.Claimed, c.Capped.Dead} {
+			var v int64
+			if short {
+				v = 1
 			}
-			return nil
-		}))
+			obs.ObserveInt64(capped, v, sets[i])
+		}
+		return nil
+	}, rows, capped)
 	return err
 }

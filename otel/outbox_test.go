@@ -185,25 +185,39 @@ func TestRelayErrorsCounted(t *testing.T) {
 // no value.
 func backlogPoints(t *testing.T, reader *sdkmetric.ManualReader) (map[string]int64, bool) {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	if !has(rm, "fencelock.outbox.backlog") {
-		return nil, false
-	}
-	g, ok := find(t, rm, "fencelock.outbox.backlog").Data.(metricdata.Gauge[int64])
-	require.True(t, ok, "an int64 gauge")
-	if len(g.DataPoints) == 0 {
-		return nil, false
-	}
-	out := map[string]int64{}
-	for _, p := range g.DataPoints {
-		s, _ := p.Attributes.Value(fencelockotel.KeyState)
-		out[s.AsString()] = p.Value
-	}
-	return out, true
+	rows, _, ok := backlogReading(t, reader)
+	return rows, ok
 }
 
-// The backlog gauge counts the outbox's rows by state, and reads the
+// backlogReading reads the backlog gauge and the capped gauge by state;
+// ok is false when they have no value.
+func backlogReading(t *testing.T, reader *sdkmetric.ManualReader) (rows, capped map[string]int64, ok bool) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	points := func(name string) map[string]int64 {
+		if !has(rm, name) {
+			return nil
+		}
+		g, ok := find(t, rm, name).Data.(metricdata.Gauge[int64])
+		require.True(t, ok, "%s: an int64 gauge", name)
+		if len(g.DataPoints) == 0 {
+			return nil
+		}
+		out := map[string]int64{}
+		for _, p := range g.DataPoints {
+			s, _ := p.Attributes.Value(fencelockotel.KeyState)
+			out[s.AsString()] = p.Value
+		}
+		return out
+	}
+	rows, capped = points("fencelock.outbox.backlog"), points("fencelock.outbox.backlog.capped")
+	require.Equal(t, rows == nil, capped == nil, "both gauges have a value, or neither")
+	return rows, capped, rows != nil
+}
+
+// The backlog gauge counts the outbox's rows by state (exactly, on a small
+// table: the capped gauge says 0 for each state), and reads the
 // database at most once per interval, however often it is collected: a
 // collection within the interval reports the last reading, even when rows
 // were added since; one after it reads again. A reading that fails
@@ -230,10 +244,11 @@ func TestOutboxBacklog(t *testing.T) {
 	}
 	want := map[string]int64{"due": 1, "claimed": 1, "waiting": 1, "dead": 1}
 	start := time.Now() // the reading is taken after this
-	got, ok := backlogPoints(t, reader)
+	got, capped, ok := backlogReading(t, reader)
 	read := time.Now() // and before this
 	require.True(t, ok)
 	assert.Equal(t, want, got)
+	assert.Equal(t, map[string]int64{"due": 0, "claimed": 0, "waiting": 0, "dead": 0}, capped, "every count exact")
 
 	record(t, db.Pool, l, outbox.Effect{Destination: "d", Key: "new-1"}, outbox.Effect{Destination: "d", Key: "new-2"})
 	checked := 0
@@ -274,4 +289,23 @@ func TestOutboxBacklog(t *testing.T) {
 		_, err := fencelockotel.New(o)
 		require.ErrorIs(t, err, fencelockotel.ErrInvalidOption)
 	}
+}
+
+// On a backlog larger than the limit the gauge counts up to, the count of
+// due rows saturates at the limit and the capped gauge says so; the
+// states whose rows are fewer are exact.
+func TestOutboxBacklogCapped(t *testing.T) {
+	db := migratedDB(t)
+	const rows = 2 * outbox.DefaultBacklogLimit
+	outboxtest.LoadBacklog(t, db.Pool, rows)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	_, err := fencelockotel.New(fencelockotel.WithMeterProvider(mp), fencelockotel.WithOutboxBacklog(db.Pool, 0))
+	require.NoError(t, err)
+
+	got, capped, ok := backlogReading(t, reader)
+	require.True(t, ok)
+	assert.Equal(t, map[string]int64{"due": outbox.DefaultBacklogLimit, "waiting": 0, "claimed": 0, "dead": rows / 1000}, got)
+	assert.Equal(t, map[string]int64{"due": 1, "waiting": 0, "claimed": 0, "dead": 0}, capped)
 }
