@@ -22,9 +22,8 @@ const (
 	// outboxHeadsRead is how many resources with ordered rows have their
 	// head read (a loose scan of outbox_ordered_idx, one probe each).
 	outboxHeadsRead = 1000
-	// outboxDeadRead is how many rows, oldest first (the primary key), are
-	// read for dead ones: dead rows have no index, and they are the rows
-	// that stay while newer ones are delivered.
+	// outboxDeadRead is how many dead rows are counted, oldest first
+	// (outbox_dead_idx, migration 5).
 	outboxDeadRead = 10000
 )
 
@@ -71,16 +70,15 @@ SELECT count(*),
        coalesce(extract(epoch FROM now() - min(due_at) FILTER (WHERE claim IS NOT NULL AND due_at <= now())), 0)::float8
   FROM heads`
 
-// The oldest $1 rows by id: how many were read, how many are dead, the
-// age of the oldest death.
-const sqlOutboxDead = `SELECT count(*), count(*) FILTER (WHERE dead_at IS NOT NULL),
-       coalesce(extract(epoch FROM now() - min(dead_at)), 0)::float8
-  FROM (SELECT dead_at FROM fencelock.outbox ORDER BY id LIMIT $1) o`
+// Up to $1 dead rows, oldest first: how many, and the age of the oldest
+// death among them.
+const sqlOutboxDead = `SELECT count(*), coalesce(extract(epoch FROM now() - min(dead_at)), 0)::float8
+  FROM (SELECT dead_at FROM fencelock.outbox WHERE dead_at IS NOT NULL ORDER BY id LIMIT $1) o`
 
 // Whether the role may read the outbox (USAGE on the schema, SELECT on the
 // table), from the catalogs every role may read; no row when there is no
 // outbox table.
-const sqlOutboxAccess = `SELECT has_schema_privilege(n.oid, 'USAGE'), has_table_privilege(c.oid, 'SELECT'), greatest(c.reltuples, 0)::int8
+const sqlOutboxAccess = `SELECT has_schema_privilege(n.oid, 'USAGE'), has_table_privilege(c.oid, 'SELECT')
   FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'fencelock' AND c.relname = 'outbox' AND c.relkind = 'r'`
 
@@ -103,9 +101,10 @@ type outboxScan struct {
 	headsRead, headsDue, headsStuck, headsExpired int64
 	oldestDueHead, oldestExpiredHead              float64
 
-	rowsRead, dead int64
-	oldestDead     float64
-	estimate       int64 // the planner's row count
+	// Dead rows counted (all of them, unless outboxDeadRead), the age in
+	// seconds of the oldest death among them.
+	dead       int64
+	oldestDead float64
 }
 
 // scanOutbox runs the three bounded queries.
@@ -118,7 +117,7 @@ func scanOutbox(ctx context.Context, q rowQuerier, stuckAfter time.Duration) (ou
 	if err := q.QueryRow(ctx, sqlOutboxHeads, ms, outboxHeadsRead).Scan(&s.headsRead, &s.headsDue, &s.headsStuck, &s.oldestDueHead, &s.headsExpired, &s.oldestExpiredHead); err != nil {
 		return s, err
 	}
-	if err := q.QueryRow(ctx, sqlOutboxDead, outboxDeadRead).Scan(&s.rowsRead, &s.dead, &s.oldestDead); err != nil {
+	if err := q.QueryRow(ctx, sqlOutboxDead, outboxDeadRead).Scan(&s.dead, &s.oldestDead); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -131,8 +130,7 @@ func (d *doctor) checkOutbox(ctx context.Context, db *dbConn) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout(db))
 	defer cancel()
 	var usage, sel bool
-	var estimate int64
-	switch err := db.pool.QueryRow(ctx, sqlOutboxAccess).Scan(&usage, &sel, &estimate); {
+	switch err := db.pool.QueryRow(ctx, sqlOutboxAccess).Scan(&usage, &sel); {
 	case errors.Is(err, pgx.ErrNoRows):
 		return // no outbox: the migrations check says what is missing
 	case err != nil:
@@ -147,7 +145,6 @@ func (d *doctor) checkOutbox(ctx context.Context, db *dbConn) {
 		d.outboxUnread(db, err)
 		return
 	}
-	s.estimate = estimate
 	d.outboxBacklog(db, s)
 	d.outboxDead(db, s)
 	d.outboxClaims(s)
@@ -211,27 +208,15 @@ func (d *doctor) outboxBacklog(db *dbConn, s outboxScan) {
 }
 
 func (d *doctor) outboxDead(db *dbConn, s outboxScan) {
-	partial := s.rowsRead == outboxDeadRead
-	among := ""
-	switch {
-	case partial && s.estimate > s.rowsRead:
-		among = fmt.Sprintf(" among the %d oldest of about %d rows", outboxDeadRead, s.estimate)
-	case partial:
-		among = fmt.Sprintf(" among the %d oldest rows", outboxDeadRead)
-	}
 	if s.dead == 0 {
-		ev := "no dead row"
-		if partial {
-			ev += among + " (fencectl outbox list --dead reads them all)"
-		}
-		d.ok("outbox.dead", ev)
+		d.ok("outbox.dead", "no dead row")
 		return
 	}
-	n := fmt.Sprint(s.dead)
-	if partial {
-		n = "at least " + n
+	n, oldest := fmt.Sprint(s.dead), "the oldest dead for "
+	if s.dead == outboxDeadRead {
+		n, oldest = "at least "+n, fmt.Sprintf("of the %d recorded first, the oldest dead for ", outboxDeadRead)
 	}
-	d.warn("outbox.dead", fmt.Sprintf("%s dead rows%s (refused for good or out of attempts, the oldest dead for %s): nothing sends them until they are requeued", n, among, age(s.oldestDead)),
+	d.warn("outbox.dead", fmt.Sprintf("%s dead rows (refused for good or out of attempts, %s%s): nothing sends them until they are requeued", n, oldest, age(s.oldestDead)),
 		"fencectl outbox list --dead --db "+db.src.arg()+" shows why each failed; once that is fixed: fencectl outbox requeue --all --db "+db.src.arg()+" (or the row IDs instead of --all)"+db.src.maskNote())
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/outbox"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
@@ -24,7 +25,8 @@ transactions recorded and no relay has delivered yet, or with --dead the
 ones that failed for good (out of attempts, or refused by the receiver),
 with the reason. The first line counts rows by state: due (a relay may
 claim them now), waiting (backing off after a failure), claimed (a relay
-holds them) and dead.`,
+holds them) and dead, each up to 10000 ("at least" when there may be
+more), reading a bounded number of rows however large the outbox is.`,
 		Example: "  fencectl outbox list\n  fencectl outbox list --dead -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -39,7 +41,7 @@ holds them) and dead.`,
 				return err
 			}
 			defer db.Close()
-			counts, err := outbox.Count(cmd.Context(), db.pool)
+			counts, err := outbox.Backlog(cmd.Context(), db.pool, outbox.DefaultBacklogLimit)
 			if err != nil {
 				return a.outboxError(db, err)
 			}
@@ -52,11 +54,11 @@ holds them) and dead.`,
 					rows = []outbox.Row{}
 				}
 				return a.printJSON(struct {
-					Counts outbox.Counts `json:"counts"`
-					Rows   []outbox.Row  `json:"rows"`
+					Counts outbox.CappedCounts `json:"counts"`
+					Rows   []outbox.Row        `json:"rows"`
 				}{counts, rows})
 			}
-			fmt.Fprintf(a.stdout, "%d due, %d waiting, %d claimed, %d dead\n", counts.Due, counts.Waiting, counts.Claimed, counts.Dead)
+			fmt.Fprintln(a.stdout, countsLine(counts))
 			if len(rows) == 0 {
 				return nil
 			}
@@ -134,12 +136,49 @@ again goes dead again after its attempts.`,
 	return group("outbox", "List the effects waiting for delivery, requeue dead ones (fencelock.outbox)", list, requeue)
 }
 
-// outboxError names a schema without the outbox (migration 3) as missing:
-// fencectl migrate up installs it.
+// countsLine is the summary of outbox list: each count, "at least" where
+// the counting stopped at its limit.
+func countsLine(c outbox.CappedCounts) string {
+	var parts []string
+	for _, s := range []struct {
+		n      int64
+		capped bool
+		state  string
+	}{{c.Due, c.Capped.Due, "due"}, {c.Waiting, c.Capped.Waiting, "waiting"}, {c.Claimed, c.Capped.Claimed, "claimed"}, {c.Dead, c.Capped.Dead, "dead"}} {
+		p := fmt.Sprintf("%d %s", s.n, s.state)
+		if s.capped {
+			p = "at least " + p
+		}
+		parts = append(parts, p)
+	}
+	line := strings.Join(parts, ", ")
+	if c.Capped != (outbox.Capped{}) {
+		line += fmt.Sprintf(" (each state counted up to %d rows)", c.Limit)
+	}
+	return line
+}
+
+// outboxError names a schema without the outbox's functions (migration 3,
+// and 5 for the counts) as missing or out of date: fencectl migrate up
+// installs them.
 func (a *app) outboxError(db *dbConn, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42883" && strings.Contains(pgErr.Message, "outbox_") {
+	switch {
+	case errors.Is(err, guard.ErrSchemaOutdated):
+		return &schemaOutdatedError{src: db.src, dbname: db.cfg.ConnConfig.Database}
+	case errors.As(err, &pgErr) && pgErr.Code == "42883" && strings.Contains(pgErr.Message, "outbox_"):
 		return &schemaMissingError{src: db.src, dbname: db.cfg.ConnConfig.Database}
 	}
 	return db.explain(err)
 }
+
+// schemaOutdatedError: the schema predates a function fencectl calls; the
+// fix migrates the database that was given.
+type schemaOutdatedError schemaMissingError
+
+func (e *schemaOutdatedError) Error() string {
+	return fmt.Sprintf("the fencelock schema in database %q at %s is older than this fencectl needs; fix: %s",
+		e.dbname, e.src.display(), (*schemaMissingError)(e).Fix())
+}
+
+func (e *schemaOutdatedError) Unwrap() error { return guard.ErrSchemaOutdated }

@@ -6,13 +6,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/outbox"
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// outbox list shows the live rows with counts by state, --dead the dead
-// ones with their reason; requeue makes the given (or all) dead rows due
+// outbox list shows the live rows with counts by state (exact on a small
+// outbox: none reached the limit), --dead the dead ones with their reason; requeue makes the given (or all) dead rows due
 // again, attempts reset.
 func TestOutboxListRequeue(t *testing.T) {
 	ctx := ctxT(t)
@@ -36,12 +40,20 @@ func TestOutboxListRequeue(t *testing.T) {
 	code, out, errOut = fencectl(t, "outbox", "list", "--dead", "--db", db.URL, "-o", "json")
 	require.Equal(t, exitOK, code, errOut)
 	var got struct {
-		Counts outbox.Counts `json:"counts"`
-		Rows   []outbox.Row  `json:"rows"`
+		Counts outbox.CappedCounts `json:"counts"`
+		Rows   []outbox.Row        `json:"rows"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
 	require.Len(t, got.Rows, 2)
-	assert.EqualValues(t, 2, got.Counts.Dead)
+	assert.Equal(t, outbox.CappedCounts{Counts: outbox.Counts{Due: 1, Dead: 2}, Limit: outbox.DefaultBacklogLimit}, got.Counts)
+	assert.Contains(t, out, `"counts": {
+    "due": 1,
+    "waiting": 0,
+    "claimed": 0,
+    "dead": 2,
+    "limit": 10000,
+    "capped": {
+      "due": false,`)
 	assert.Equal(t, "stock:eu", got.Rows[0].Resource)
 	assert.EqualValues(t, 7, got.Rows[0].Token)
 	assert.Contains(t, got.Rows[0].LastError, "unknown sku")
@@ -69,13 +81,31 @@ func TestOutboxListRequeue(t *testing.T) {
 	}
 }
 
-// A schema from before the outbox migration: the fix is migrate up.
+// A schema from before the outbox's counts (migration 5), and one from
+// before the outbox itself: the fix is migrate up, and pasted as printed
+// it works.
 func TestOutboxNeedsMigration(t *testing.T) {
 	ctx := ctxT(t)
-	db := migratedDB(t)
-	_, err := db.Pool.Exec(ctx, `DROP FUNCTION fencelock.outbox_counts()`)
-	require.NoError(t, err)
-	code, _, errOut := fencectl(t, "outbox", "list", "--db", db.URL)
-	assert.Equal(t, exitFailed, code)
-	assert.Contains(t, errOut, "fix: fencectl migrate up --db '"+db.URL+"'")
+	for _, version := range []int64{4, 2} {
+		t.Run(fmt.Sprint("version ", version), func(t *testing.T) {
+			db := testenv.NewDB(t)
+			sdb := stdlib.OpenDBFromPool(db.Pool)
+			defer sdb.Close()
+			p, err := goose.NewProvider(goose.DialectPostgres, sdb, migrations.FS(), goose.WithTableName(migrations.VersionTable))
+			require.NoError(t, err)
+			_, err = p.UpTo(ctx, version)
+			require.NoError(t, err)
+
+			code, _, errOut := fencectl(t, "outbox", "list", "--db", db.URL)
+			assert.Equal(t, exitFailed, code)
+			fix := "fencectl migrate up --db '" + db.URL + "'"
+			assert.Contains(t, errOut, `the fencelock schema in database "`+db.Name+`" at `)
+			assert.Contains(t, errOut, " is older than this fencectl needs; fix: "+fix)
+			code, _, errOut = fencectl(t, "migrate", "up", "--db", db.URL) // the fix, as a shell reads it
+			require.Equal(t, exitOK, code, errOut)
+			code, out, errOut := fencectl(t, "outbox", "list", "--db", db.URL)
+			require.Equal(t, exitOK, code, errOut)
+			assert.Equal(t, "0 due, 0 waiting, 0 claimed, 0 dead\n", out)
+		})
+	}
 }
