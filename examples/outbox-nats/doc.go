@@ -6,8 +6,9 @@
 // A fenced transaction records an effect whose destination is
 // nats://<subject> (outbox.Add); an outbox.Relay whose Sender is a
 // [Sender] publishes it to that subject once the transaction has
-// committed, with the fencing headers as NATS headers and the effect's
-// key as Nats-Msg-Id. A consumer applies each message with [Receive]:
+// committed, with the fencing headers as NATS headers and [MsgID] of its
+// subject, resource and key as Nats-Msg-Id. A consumer applies each
+// message with [Receive]:
 // guard.Exec with the message's lease and key, on the consumer's own
 // Postgres, so that a message is applied once and never after a newer
 // holder's.
@@ -27,7 +28,12 @@
 //     (StreamConfig.Duplicates, 2 minutes by default) as a duplicate
 //     without storing it; the Sender returns guard.ErrAlreadyApplied for
 //     it, and the relay deletes the row. Two attempts farther apart than
-//     the window are stored twice.
+//     the window are stored twice. The id is that of the effect's subject,
+//     resource and key, what a receiver tells effects apart by (it applies
+//     a key once per resource): effects that share a key under different
+//     resources or subjects are each stored, and a second transaction
+//     recording the same key for the same resource and subject within the
+//     window is taken for a copy, as a fenced receiver applies it once.
 //   - Setting the window to at least the relay's longest redelivery delay,
 //     Relay.MaxRedeliveryDelay() (about 68 minutes at the outbox's
 //     defaults), makes it once for every redelivery a relay can make: a

@@ -2,6 +2,8 @@ package natsoutbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,8 +20,30 @@ import (
 const Scheme = "nats://"
 
 // HeaderMsgID is JetStream's deduplication header; the Sender sets it to
-// the effect's key.
+// [MsgID] of the effect's subject, resource and key.
 const HeaderMsgID = "Nats-Msg-Id"
+
+// MsgID is the Nats-Msg-Id the Sender gives an effect: the hex SHA-256 of
+// its subject, resource and key, each but the last prefixed with its
+// length in bytes ("<len>:<subject><len>:<resource><key>"), so that no two
+// different triples share an id.
+//
+// JetStream deduplicates by this id across the whole stream, so the id
+// holds everything that tells two effects apart for a receiver. A fenced
+// receiver applies a key once per resource (guard.WithKey): the same key
+// under two resources is two effects, and with the key alone as the id the
+// stream would take the second for a copy of the first and the relay would
+// delete its row unsent. The subject is in the id because one stream may
+// feed consumers of different subjects, each with its own database. The
+// token is not: every attempt at one effect carries the same resource, key
+// and token, and two transactions that record the same key for the same
+// resource (two tokens) are the case a receiver applies once, so the
+// stream stores them once as well.
+func MsgID(subject, resource, key string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s%d:%s%s", len(subject), subject, len(resource), resource, key)
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 // Sender is an outbox.Sender that publishes each effect to NATS
 // JetStream, to the subject of its destination (nats://<subject>): the
@@ -31,9 +55,11 @@ const HeaderMsgID = "Nats-Msg-Id"
 //	Fencing-Resource: its resource (lock name)
 //	Fencing-Holder:   its holder
 //
-// and Nats-Msg-Id, also the key, so that the stream stores a message sent
-// again (a relay that died after publishing, an ack lost to a timeout)
-// once, as long as the first copy is within the stream's duplicate window.
+// and Nats-Msg-Id, [MsgID] of the subject, the resource and the key, so
+// that the stream stores a message sent again (a relay that died after
+// publishing, an ack lost to a timeout) once, as long as the first copy is
+// within the stream's duplicate window, while effects that share a key
+// under other resources or subjects are stored each.
 //
 // Send returns nil once JetStream has acknowledged the message as stored,
 // and an error wrapping guard.ErrAlreadyApplied when it acknowledges a
@@ -80,7 +106,7 @@ func (s *Sender) Send(ctx context.Context, d outbox.Delivery) error {
 	msg := &nats.Msg{Subject: subject, Data: d.Payload, Header: make(nats.Header, len(d.Header)+5)}
 	for name, values := range d.Header {
 		if name == HeaderMsgID {
-			return outbox.Terminal(fmt.Errorf("natsoutbox: the effect sets header %s, which the sender sets to its key", HeaderMsgID))
+			return outbox.Terminal(fmt.Errorf("natsoutbox: the effect sets header %s, which the sender sets to an id of its subject, resource and key", HeaderMsgID))
 		}
 		msg.Header[name] = append([]string(nil), values...)
 	}
@@ -90,7 +116,7 @@ func (s *Sender) Send(ctx context.Context, d outbox.Delivery) error {
 	msg.Header.Set(outbox.HeaderFencingHolder, d.Holder)
 	// No retries on no-responders here: the relay's backoff retries a
 	// stream that did not answer, and the send timeout stays the relay's.
-	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(d.Key), jetstream.WithRetryAttempts(0))
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(MsgID(subject, d.Resource, d.Key)), jetstream.WithRetryAttempts(0))
 	if err != nil {
 		return s.failed(ctx, subject, err)
 	}

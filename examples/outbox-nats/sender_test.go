@@ -18,7 +18,8 @@ import (
 
 // An effect recorded in a fenced transaction reaches the stream once its
 // transaction has committed: on its subject, with its payload, its own
-// headers, the four fencing headers and its key as Nats-Msg-Id.
+// headers, the four fencing headers and MsgID of its subject, resource and
+// key as Nats-Msg-Id.
 func TestDeliveryHeaders(t *testing.T) {
 	ns := newNATS(t)
 	js := ns.connect(t)
@@ -40,7 +41,7 @@ func TestDeliveryHeaders(t *testing.T) {
 	assert.Equal(t, "stock.eu", m.Subject)
 	assert.Equal(t, `{"sku-1": 5}`, string(m.Data))
 	for name, want := range map[string][]string{
-		"Idempotency-Key": {"stock-sync:eu:batch-7"}, "Nats-Msg-Id": {"stock-sync:eu:batch-7"},
+		"Idempotency-Key": {"stock-sync:eu:batch-7"}, "Nats-Msg-Id": {natsoutbox.MsgID("stock.eu", "stock-sync:eu", "stock-sync:eu:batch-7")},
 		"Fencing-Token": {"42"}, "Fencing-Resource": {"stock-sync:eu"}, "Fencing-Holder": {"worker-a"},
 		"Content-Type": {"application/json"}, "X-Batch": {"7", "of 9"},
 	} {
@@ -103,11 +104,13 @@ func TestSentTwiceStoredOnce(t *testing.T) {
 	assert.GreaterOrEqual(t, flaky.count("batch-1"), 2, "published twice")
 	assert.GreaterOrEqual(t, flaky.count("batch-2"), 2, "published twice")
 	msgs := messages(t, s)
-	var keys []string
+	var keys, ids []string
 	for _, m := range msgs {
-		keys = append(keys, m.Header.Get("Nats-Msg-Id"))
+		keys = append(keys, m.Header.Get("Idempotency-Key"))
+		ids = append(ids, m.Header.Get("Nats-Msg-Id"))
 	}
 	assert.ElementsMatch(t, []string{"batch-1", "batch-2"}, keys, "stored once each")
+	assert.ElementsMatch(t, []string{natsoutbox.MsgID("stock.eu", "stock-sync:eu", "batch-1"), natsoutbox.MsgID("stock.us", "stock-sync:eu", "batch-2")}, ids)
 	st := relay.Stats()
 	assert.GreaterOrEqual(t, st.Failed, uint64(2))
 	assert.Equal(t, uint64(2), st.AlreadyApplied, "the stream acknowledged each retry as a duplicate")
@@ -225,4 +228,96 @@ func TestSubject(t *testing.T) {
 	}
 	_, err := natsoutbox.NewSender(nil)
 	assert.ErrorIs(t, err, natsoutbox.ErrNilJetStream)
+}
+
+// Two effects with the same key under two resources are two effects (the
+// receivers dedupe by resource and key): the stream stores both, and a
+// consumer running Receive applies both.
+func TestSameKeyTwoResources(t *testing.T) {
+	ns := newNATS(t)
+	js := ns.connect(t)
+	db := newDB(t)
+	sender, err := natsoutbox.NewSender(js)
+	require.NoError(t, err)
+	relay := startRelay(t, db, sender)
+	s := stream(t, js, relay.MaxRedeliveryDelay())
+
+	record(t, db, lease{"stock-sync:eu", 3, "worker-a"},
+		outbox.Effect{Destination: "nats://stock.eu", Key: "batch-7", Payload: []byte("eu")})
+	drained(t, db)
+	record(t, db, lease{"stock-sync:us", 3, "worker-b"},
+		outbox.Effect{Destination: "nats://stock.us", Key: "batch-7", Payload: []byte("us")})
+	drained(t, db)
+
+	msgs := messages(t, s)
+	require.Len(t, msgs, 2, "the stream holds both effects")
+	assert.NotEqual(t, msgs[0].Header.Get("Nats-Msg-Id"), msgs[1].Header.Get("Nats-Msg-Id"))
+	st := relay.Stats()
+	assert.Equal(t, uint64(2), st.Sent)
+	assert.Zero(t, st.AlreadyApplied, "neither is taken for a copy of the other")
+
+	cdb, store := consumerDB(t)
+	c := pullConsumer(t, s)
+	for range 2 {
+		m := next(t, c, 5*time.Second)
+		require.NotNil(t, m, "a message is waiting")
+		require.NoError(t, natsoutbox.Receive(ctxT(t), store, m, applyStock))
+	}
+	got := levels(t, cdb)
+	require.Len(t, got, 2, "the consumer applied both")
+	assert.ElementsMatch(t, []level{{"batch-7", "stock-sync:eu", 3, "eu"}, {"batch-7", "stock-sync:us", 3, "us"}}, got)
+	settled(t, c)
+}
+
+// The stream's identity of an effect is its subject, resource and key: the
+// same resource and key on another subject is stored too, and a second
+// transaction (a newer token) recording the same resource, key and subject
+// is taken for a copy, as a fenced receiver would apply it once.
+func TestMsgIDIdentity(t *testing.T) {
+	ns := newNATS(t)
+	js := ns.connect(t)
+	db := newDB(t)
+	sender, err := natsoutbox.NewSender(js)
+	require.NoError(t, err)
+	relay := startRelay(t, db, sender)
+	s := stream(t, js, relay.MaxRedeliveryDelay())
+
+	record(t, db, lease{"stock-sync:eu", 3, "worker-a"},
+		outbox.Effect{Destination: "nats://stock.eu", Key: "batch-7", Payload: []byte("levels")},
+		outbox.Effect{Destination: "nats://stock.audit", Key: "batch-7", Payload: []byte("audit")})
+	drained(t, db)
+	record(t, db, lease{"stock-sync:eu", 4, "worker-b"},
+		outbox.Effect{Destination: "nats://stock.eu", Key: "batch-7", Payload: []byte("again")})
+	drained(t, db)
+
+	msgs := messages(t, s)
+	var got []string
+	for _, m := range msgs {
+		got = append(got, m.Subject+" "+string(m.Data)+" "+m.Header.Get("Fencing-Token"))
+	}
+	assert.ElementsMatch(t, []string{"stock.eu levels 3", "stock.audit audit 3"}, got, "one message per subject, the second transaction's a copy")
+	st := relay.Stats()
+	assert.Equal(t, uint64(2), st.Sent)
+	assert.Equal(t, uint64(1), st.AlreadyApplied, "token 4's effect is a copy of token 3's")
+}
+
+// MsgID is a fixed function of its three parts (consumers may compute it)
+// and tells apart triples whose concatenations are equal.
+func TestMsgID(t *testing.T) {
+	// sha256sum of "8:stock.eu13:stock-sync:eubatch-7"
+	assert.Equal(t, "41fe42c58b95e35dddb355c7be5e0bfe1e23db259bedaf06a749e21b97ca360b", natsoutbox.MsgID("stock.eu", "stock-sync:eu", "batch-7"))
+	ids := map[string][3]string{}
+	for _, in := range [][3]string{
+		{"stock.eu", "stock-sync:eu", "batch-7"}, {"stock.eu", "stock-sync:us", "batch-7"},
+		{"stock.us", "stock-sync:eu", "batch-7"}, {"stock.eu", "stock-sync:eu", "batch-8"},
+		{"a", "b:c", "d"}, {"a", "b", ":cd"}, {"ab", "", "cd"}, {"a", "bc", "d"}, {"a", "b", "cd"}, {"a", "", "bcd"},
+		{"a", "1:b", ""}, {"a1", ":b", ""},
+	} {
+		id := natsoutbox.MsgID(in[0], in[1], in[2])
+		assert.Regexp(t, "^[0-9a-f]{64}$", id)
+		if prev, ok := ids[id]; ok {
+			t.Errorf("MsgID%q = MsgID%q", in, prev)
+		}
+		ids[id] = in
+	}
 }
