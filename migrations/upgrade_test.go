@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/pgfence"
@@ -27,17 +28,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// lease is a fixed lease, what a lock looks like to guard.
-type lease struct {
-	name   string
-	token  int64
-	holder string
-}
-
-func (l lease) Name() string   { return l.name }
-func (l lease) Token() int64   { return l.token }
-func (l lease) Holder() string { return l.holder }
 
 // freshCatalog is the catalog of a database that Up installed from nothing.
 func freshCatalog(t *testing.T) []string {
@@ -111,9 +101,9 @@ func TestUpgradeFrom88937a5(t *testing.T) {
 			return err
 		}
 	}
-	_, err = guard.Exec(ctx, store, lease{"r", 8, "b"}, insert("b"), guard.WithKey("k2"))
+	_, err = guard.Exec(ctx, store, guardtest.Lease{Resource: "r", Tok: 8, Who: "b"}, insert("b"), guard.WithKey("k2"))
 	require.NoError(t, err, "a guarded write as the application role")
-	_, err = guard.Exec(ctx, store, lease{"r", 7, "a"}, insert("a"))
+	_, err = guard.Exec(ctx, store, guardtest.Lease{Resource: "r", Tok: 7, Who: "a"}, insert("a"))
 	require.ErrorIs(t, err, guard.ErrStaleToken, "the old holder is refused")
 	var token int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT token FROM fencelock.fence WHERE resource = 'r'`).Scan(&token), "the application role reads the fence table")
@@ -251,17 +241,17 @@ func TestStoresRefuseOldSchema(t *testing.T) {
 	var ran bool
 	calls := map[string]func() error{
 		"pgfence Exec": func() error {
-			_, err := guard.Exec(ctx, pg, lease{"r", 8, "b"}, func(context.Context, pgx.Tx) error { ran = true; return nil })
+			_, err := guard.Exec(ctx, pg, guardtest.Lease{Resource: "r", Tok: 8, Who: "b"}, func(context.Context, pgx.Tx) error { ran = true; return nil })
 			return err
 		},
-		"pgfence Advance": func() error { return pg.Advance(ctx, lease{"r", 8, "b"}) },
+		"pgfence Advance": func() error { return pg.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 8, Who: "b"}) },
 		"sqlfence Exec": func() error {
-			_, err := guard.Exec(ctx, sq, lease{"r", 8, "b"}, func(context.Context, *sql.Tx) error { ran = true; return nil })
+			_, err := guard.Exec(ctx, sq, guardtest.Lease{Resource: "r", Tok: 8, Who: "b"}, func(context.Context, *sql.Tx) error { ran = true; return nil })
 			return err
 		},
-		"sqlfence Advance": func() error { return sq.Advance(ctx, lease{"r", 8, "b"}) },
+		"sqlfence Advance": func() error { return sq.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 8, Who: "b"}) },
 		"pgfence Exec as the application role": func() error {
-			_, err := guard.Exec(ctx, app, lease{"r", 8, "b"}, func(context.Context, pgx.Tx) error { ran = true; return nil })
+			_, err := guard.Exec(ctx, app, guardtest.Lease{Resource: "r", Tok: 8, Who: "b"}, func(context.Context, pgx.Tx) error { ran = true; return nil })
 			return err
 		},
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/outbox"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/sqlfence"
@@ -26,16 +27,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-type lease struct {
-	name   string
-	token  int64
-	holder string
-}
-
-func (l lease) Name() string   { return l.name }
-func (l lease) Token() int64   { return l.token }
-func (l lease) Holder() string { return l.holder }
 
 // store is one of the two stores, with fn's tx as any.
 type store struct {
@@ -100,7 +91,7 @@ func TestAddWithStores(t *testing.T) {
 			ctx := ctxT(t)
 			res := "stock:" + s.name
 			before, _ := rows(t, db.Pool)
-			err := s.exec(ctx, lease{res, 10, "a"}, func(ctx context.Context, tx any) error {
+			err := s.exec(ctx, guardtest.Lease{Resource: res, Tok: 10, Who: "a"}, func(ctx context.Context, tx any) error {
 				if err := s.write(ctx, tx, 1); err != nil {
 					return err
 				}
@@ -130,12 +121,12 @@ func TestAddWithStores(t *testing.T) {
 			for name, fn := range fail {
 				func() {
 					defer func() { _ = recover() }()
-					err := s.exec(ctx, lease{res, 10, "a"}, fn)
+					err := s.exec(ctx, guardtest.Lease{Resource: res, Tok: 10, Who: "a"}, fn)
 					require.Error(t, err, name)
 				}()
 			}
 			cctx, cancel := context.WithCancel(ctx)
-			err = s.exec(cctx, lease{res, 10, "a"}, func(ctx context.Context, tx any) error {
+			err = s.exec(cctx, guardtest.Lease{Resource: res, Tok: 10, Who: "a"}, func(ctx context.Context, tx any) error {
 				require.NoError(t, outbox.Add(ctx, tx, effect(rc, s.name+"-cancel")))
 				cancel()
 				return nil
@@ -144,16 +135,16 @@ func TestAddWithStores(t *testing.T) {
 
 			// A newer holder commits while the old one is inside fn: the old
 			// one's commit is refused, its effect never recorded.
-			err = s.exec(ctx, lease{res, 10, "a"}, func(ctx context.Context, tx any) error {
+			err = s.exec(ctx, guardtest.Lease{Resource: res, Tok: 10, Who: "a"}, func(ctx context.Context, tx any) error {
 				if err := outbox.Add(ctx, tx, effect(rc, s.name+"-stale")); err != nil {
 					return err
 				}
-				return s.exec(context.WithoutCancel(ctx), lease{res, 11, "b"}, func(ctx context.Context, tx any) error { return s.write(ctx, tx, 2) })
+				return s.exec(context.WithoutCancel(ctx), guardtest.Lease{Resource: res, Tok: 11, Who: "b"}, func(ctx context.Context, tx any) error { return s.write(ctx, tx, 2) })
 			})
 			require.ErrorIs(t, err, guard.ErrStaleToken)
 			t.Log(err)
 			// The retry of the first batch, by the new holder.
-			err = s.exec(ctx, lease{res, 11, "b"}, func(ctx context.Context, tx any) error {
+			err = s.exec(ctx, guardtest.Lease{Resource: res, Tok: 11, Who: "b"}, func(ctx context.Context, tx any) error {
 				return outbox.Add(ctx, tx, effect(rc, s.name+"-1"))
 			}, guard.WithKey("batch-1"))
 			require.ErrorIs(t, err, guard.ErrAlreadyApplied)
@@ -189,7 +180,7 @@ func TestAddBadInput(t *testing.T) {
 				"set by the relay":     {Destination: "d", Key: "k", Header: http.Header{"fencing-token": {"1"}}},
 				"Key \"a\\nb\" cannot": {Destination: "d", Key: "a\nb"},
 			}
-			err := s.exec(ctx, lease{"r-" + s.name, 1, "a"}, func(ctx context.Context, tx any) error {
+			err := s.exec(ctx, guardtest.Lease{Resource: "r-" + s.name, Tok: 1, Who: "a"}, func(ctx context.Context, tx any) error {
 				for want, e := range bad {
 					err := outbox.Add(ctx, tx, ok, e)
 					require.ErrorIs(t, err, outbox.ErrInvalidEffect, want)
@@ -222,7 +213,7 @@ func TestAddBadInput(t *testing.T) {
 	pg, err := pgfence.New(db.Pool)
 	require.NoError(t, err)
 	var kept pgx.Tx
-	_, err = guard.Exec(ctx, pg, lease{"r", 2, "a"}, func(ctx context.Context, tx pgx.Tx) error { kept = tx; return nil })
+	_, err = guard.Exec(ctx, pg, guardtest.Lease{Resource: "r", Tok: 2, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error { kept = tx; return nil })
 	require.NoError(t, err)
 	require.ErrorIs(t, outbox.Add(ctx, kept, e), outbox.ErrNotGuarded)
 	all, _ := rows(t, db.Pool)
@@ -251,7 +242,7 @@ func TestAddSQLSavepointSqlfence(t *testing.T) {
 	t.Cleanup(func() { _ = sdb.Close() })
 	sq, err := sqlfence.New(sdb)
 	require.NoError(t, err)
-	_, err = guard.Exec(ctx, sq, lease{"r", 1, "a"}, func(ctx context.Context, tx *sql.Tx) error {
+	_, err = guard.Exec(ctx, sq, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx *sql.Tx) error {
 		for _, step := range []struct {
 			sql string
 			key string
@@ -293,7 +284,7 @@ func TestAddSavepointPgfence(t *testing.T) {
 	ctx := ctxT(t)
 	pg, err := pgfence.New(db.Pool)
 	require.NoError(t, err)
-	_, err = guard.Exec(ctx, pg, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+	_, err = guard.Exec(ctx, pg, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 		if err := outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: "kept"}); err != nil {
 			return err
 		}
@@ -355,7 +346,7 @@ func TestNotify(t *testing.T) {
 	assert.Zero(t, rc.keys()["raw"], "nothing woke the relay")
 	pg, err := pgfence.New(db.Pool)
 	require.NoError(t, err)
-	_, err = guard.Exec(ctx, pg, lease{"r", 1, "h"}, func(ctx context.Context, tx pgx.Tx) error { return outbox.Notify(ctx, tx) })
+	_, err = guard.Exec(ctx, pg, guardtest.Lease{Resource: "r", Tok: 1, Who: "h"}, func(ctx context.Context, tx pgx.Tx) error { return outbox.Notify(ctx, tx) })
 	require.NoError(t, err)
 	eventually(t, func() bool { return rc.keys()["raw"] == 1 }, "delivered on NOTIFY")
 	require.ErrorIs(t, outbox.Notify(ctx, nil), outbox.ErrNotGuarded)
@@ -396,7 +387,7 @@ func TestAddNoRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	exec := func(effects ...outbox.Effect) int64 {
 		before := writes.Load()
-		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
 				return err
 			}
@@ -441,7 +432,7 @@ func TestAddSqlfenceRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	exec := func(adds ...[]outbox.Effect) int64 {
 		before := writes.Load()
-		_, err := guard.Exec(ctx, sq, lease{"r", 1, "a"}, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := guard.Exec(ctx, sq, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx *sql.Tx) error {
 			for _, effects := range adds {
 				if err := outbox.Add(ctx, tx, effects...); err != nil {
 					return err
@@ -470,7 +461,7 @@ func TestAddRawCommit(t *testing.T) {
 	db := newDB(t)
 	ctx := ctxT(t)
 	for _, s := range stores(t, db) {
-		err := s.exec(ctx, lease{"raw-" + s.name, 1, "a"}, func(ctx context.Context, tx any) error {
+		err := s.exec(ctx, guardtest.Lease{Resource: "raw-" + s.name, Tok: 1, Who: "a"}, func(ctx context.Context, tx any) error {
 			if err := outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: s.name}); err != nil {
 				return err
 			}
@@ -533,7 +524,7 @@ func TestAddShapes(t *testing.T) {
 					}
 					effects, want = append(effects, e), append(want, r)
 				}
-				err := s.exec(ctx, lease{res, int64(n), "h-" + s.name}, func(ctx context.Context, tx any) error {
+				err := s.exec(ctx, guardtest.Lease{Resource: res, Tok: int64(n), Who: "h-" + s.name}, func(ctx context.Context, tx any) error {
 					return outbox.Add(ctx, tx, effects...)
 				})
 				require.NoError(t, err, n)
@@ -580,11 +571,11 @@ func TestAddRestrictedRole(t *testing.T) {
 	sq, err := sqlfence.New(sdb)
 	require.NoError(t, err)
 
-	_, err = guard.Exec(ctx, pg, lease{"app", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+	_, err = guard.Exec(ctx, pg, guardtest.Lease{Resource: "app", Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 		return outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: "pg"}, outbox.Effect{Destination: "d", Key: "pg2", Header: http.Header{"X-A": {"1"}}})
 	})
 	require.NoError(t, err)
-	_, err = guard.Exec(ctx, sq, lease{"app", 1, "a"}, func(ctx context.Context, tx *sql.Tx) error {
+	_, err = guard.Exec(ctx, sq, guardtest.Lease{Resource: "app", Tok: 1, Who: "a"}, func(ctx context.Context, tx *sql.Tx) error {
 		return outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: "sql"})
 	})
 	require.NoError(t, err)

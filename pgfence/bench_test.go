@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -99,7 +100,7 @@ func BenchmarkExecGuarded(b *testing.B) {
 			pool := benchPools(b)[name]
 			s := newStore(b, pool)
 			ctx := context.Background()
-			l := lease{"bench", 1, "h"}
+			l := guardtest.Lease{Resource: "bench", Tok: 1, Who: "h"}
 			b.ResetTimer()
 			clientCPU(b)
 			for b.Loop() {
@@ -119,7 +120,7 @@ func BenchmarkExecGuardedKeyed(b *testing.B) {
 			pool := benchPools(b)[name]
 			s := newStore(b, pool)
 			ctx := context.Background()
-			l := lease{"bench", 1, "h"}
+			l := guardtest.Lease{Resource: "bench", Tok: 1, Who: "h"}
 			i := 0
 			b.ResetTimer()
 			clientCPU(b)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
@@ -66,11 +67,11 @@ func TestConcurrentClaims(t *testing.T) {
 			for i := 0; i < iterations; i++ {
 				ri := rng.IntN(len(resources))
 				res := resources[ri]
-				l := lease{res, next[ri].Add(1), fmt.Sprintf("w%d-%d", w, i)}
+				l := guardtest.Lease{Resource: res, Tok: next[ri].Add(1), Who: fmt.Sprintf("w%d-%d", w, i)}
 				if rng.IntN(4) == 0 {
 					err := store.Advance(ctx, l)
 					if err == nil {
-						atomicMax(&advanced[ri], l.token)
+						atomicMax(&advanced[ri], l.Tok)
 					} else if !checkStale(t, err, l) {
 						return
 					}
@@ -87,7 +88,7 @@ func TestConcurrentClaims(t *testing.T) {
 						if _, err := tx.Exec(ctx, "UPDATE everything SET n = n + 1 WHERE id = 1"); err != nil {
 							return err
 						}
-						_, err := tx.Exec(ctx, "INSERT INTO commits VALUES ($1, $2, $3, $4)", res, n, l.token, l.holder)
+						_, err := tx.Exec(ctx, "INSERT INTO commits VALUES ($1, $2, $3, $4)", res, n, l.Tok, l.Who)
 						return err
 					})
 					if err == nil {
@@ -131,13 +132,13 @@ func TestConcurrentClaims(t *testing.T) {
 }
 
 // checkStale reports whether err is a refusal that names a newer token.
-func checkStale(t *testing.T, err error, l lease) bool {
+func checkStale(t *testing.T, err error, l guardtest.Lease) bool {
 	var se *guard.StaleTokenError
 	if !errors.As(err, &se) {
 		t.Errorf("lease %v: unexpected error: %v", l, err)
 		return false
 	}
-	if se.Resource != l.name || se.Token != l.token || se.Current <= l.token {
+	if se.Resource != l.Resource || se.Token != l.Tok || se.Current <= l.Tok {
 		t.Errorf("lease %v: refusal does not name a newer token: %+v", l, *se)
 		return false
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
@@ -38,7 +39,7 @@ func TestConnRefusedMessages(t *testing.T) {
 					msgtest.CheckRefusal(t, "Protect for a resource", s.Protect(ctx, "stock", pgfence.ForResource("r")), "pgfence: protect: ", r)
 					msgtest.CheckRefusal(t, "Unprotect", s.Unprotect(ctx, "stock"), "pgfence: unprotect: ", r)
 
-					_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, pgx.Tx) error { return nil })
+					_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(context.Context, pgx.Tx) error { return nil })
 					var ce *pgconn.ConnectError
 					if !errors.As(err, &ce) {
 						t.Errorf("errors.As finds no *pgconn.ConnectError in %v", err)
@@ -77,7 +78,7 @@ func TestConnRefusedAfterPasswordChange(t *testing.T) {
 		"split":   newStore(t, splitDB{wrappedDB{db.Pool}, pool}),
 	}
 	for name, s := range stores {
-		if _, err := guard.Exec(ctx, s, lease{"rotate-" + name, 1, "a"}, noop); err != nil {
+		if _, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "rotate-" + name, Tok: 1, Who: "a"}, noop); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -85,7 +86,7 @@ func TestConnRefusedAfterPasswordChange(t *testing.T) {
 	pool.Reset()
 	r := msgtest.WrongPassword(db.Server.Addr, user, db.Name)
 	for name, s := range stores {
-		_, err := guard.Exec(ctx, s, lease{"rotate-" + name, 1, "a"}, noop)
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "rotate-" + name, Tok: 1, Who: "a"}, noop)
 		msgtest.CheckRefusal(t, name+": Exec", err, "pgfence: begin: ", r)
 	}
 	s := stores["pool"]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
@@ -80,9 +81,9 @@ func ExampleStore_Run() {
 		return run.Finish(ctx)
 	}
 
-	a := store.Run(lease{"stock-sync", 1, "worker-a"}, "snapshot-42")
+	a := store.Run(guardtest.Lease{Resource: "stock-sync", Tok: 1, Who: "worker-a"}, "snapshot-42")
 	must(runFrom(a, 1)) // A syncs page-1, then pauses
-	b := store.Run(lease{"stock-sync", 2, "worker-b"}, "snapshot-42")
+	b := store.Run(guardtest.Lease{Resource: "stock-sync", Tok: 2, Who: "worker-b"}, "snapshot-42")
 	must(runFrom(b, -1)) // B takes over and finishes
 	// A wakes up. Its step, had it not resumed first, is rejected...
 	err := a.Step(ctx, "page-2", syncPage("page-2"))
@@ -90,7 +91,7 @@ func ExampleStore_Run() {
 	// ...and resuming finds the run finished: nothing to do.
 	must(runFrom(a, -1))
 
-	cursor, finished, err := store.Run(lease{"stock-sync", 3, "worker-c"}, "snapshot-42").Resume(ctx)
+	cursor, finished, err := store.Run(guardtest.Lease{Resource: "stock-sync", Tok: 3, Who: "worker-c"}, "snapshot-42").Resume(ctx)
 	must(err)
 	fmt.Println("cursor:", cursor, "finished:", finished)
 	var n int

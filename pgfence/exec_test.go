@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
@@ -41,7 +42,7 @@ func TestExecCommitsAndStoresToken(t *testing.T) {
 		s := newStore(t, pool)
 		ctx := testCtx(t)
 
-		res, err := guard.Exec(ctx, s, lease{"stock:eu", 7, "a"}, insertStock("a", 3), guard.WithKey("batch-1"))
+		res, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "stock:eu", Tok: 7, Who: "a"}, insertStock("a", 3), guard.WithKey("batch-1"))
 		require.NoError(t, err)
 		assert.Equal(t, guard.Result{Resource: "stock:eu", Token: 7, Holder: "a", Key: "batch-1"}, res)
 		assert.EqualValues(t, 3, rowsBy(t, db.Pool, "a"))
@@ -50,9 +51,9 @@ func TestExecCommitsAndStoresToken(t *testing.T) {
 
 		// A higher token is accepted and stored; the same token from the same
 		// holder is accepted again.
-		_, err = guard.Exec(ctx, s, lease{"stock:eu", 9, "b"}, insertStock("b", 1))
+		_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "stock:eu", Tok: 9, Who: "b"}, insertStock("b", 1))
 		require.NoError(t, err)
-		_, err = guard.Exec(ctx, s, lease{"stock:eu", 9, "b"}, insertStock("b", 1))
+		_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "stock:eu", Tok: 9, Who: "b"}, insertStock("b", 1))
 		require.NoError(t, err)
 		assert.EqualValues(t, 9, storedToken(t, db.Pool, "stock:eu"))
 		assert.EqualValues(t, 2, rowsBy(t, db.Pool, "b"))
@@ -65,15 +66,15 @@ func TestStaleTokenRejectsWholeTransaction(t *testing.T) {
 		s := newStore(t, pool)
 		ctx := testCtx(t)
 
-		_, err := guard.Exec(ctx, s, lease{"r", 10, "b"}, insertStock("b", 2))
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 10, Who: "b"}, insertStock("b", 2))
 		require.NoError(t, err)
 
 		for _, tc := range []struct {
 			name string
-			l    lease
+			l    guardtest.Lease
 		}{
-			{"lower token", lease{"r", 9, "a"}},
-			{"same token, other holder", lease{"r", 10, "a"}},
+			{"lower token", guardtest.Lease{Resource: "r", Tok: 9, Who: "a"}},
+			{"same token, other holder", guardtest.Lease{Resource: "r", Tok: 10, Who: "a"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				ran := false
@@ -84,7 +85,7 @@ func TestStaleTokenRejectsWholeTransaction(t *testing.T) {
 				require.ErrorIs(t, err, guard.ErrStaleToken)
 				var se *guard.StaleTokenError
 				require.ErrorAs(t, err, &se)
-				assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: tc.l.token, Current: 10}, *se)
+				assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: tc.l.Tok, Current: 10}, *se)
 				assert.False(t, ran, "fn must not run after a refused claim")
 				assert.EqualValues(t, 0, rowsBy(t, db.Pool, "a"))
 				assert.EqualValues(t, 2, rowsBy(t, db.Pool, "b"))
@@ -93,7 +94,7 @@ func TestStaleTokenRejectsWholeTransaction(t *testing.T) {
 			})
 		}
 		// The pool's connections are clean after the rejections.
-		_, err = guard.Exec(ctx, s, lease{"r", 11, "c"}, insertStock("c", 1))
+		_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 11, Who: "c"}, insertStock("c", 1))
 		require.NoError(t, err)
 	})
 }
@@ -111,12 +112,12 @@ func TestIdempotencyKey(t *testing.T) {
 		s := newStore(t, pool)
 		ctx := testCtx(t)
 
-		_, err := guard.Exec(ctx, s, lease{"r", 5, "a"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 5, Who: "a"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
 		require.NoError(t, err)
 
 		// A later, legitimate holder retries the same batch: no second copy.
 		ran := false
-		_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 6, Who: "b"}, func(ctx context.Context, tx pgx.Tx) error {
 			ran = true
 			return insertStock("batch-7", 3)(ctx, tx)
 		}, guard.WithKey("batch-7"))
@@ -127,29 +128,29 @@ func TestIdempotencyKey(t *testing.T) {
 
 		// The same holder retrying (e.g. after an ambiguous commit) too,
 		// while it is still the newest.
-		_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
+		_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 6, Who: "b"}, insertStock("batch-7", 3), guard.WithKey("batch-7"))
 		require.ErrorIs(t, err, guard.ErrAlreadyApplied)
 		assert.EqualValues(t, 3, rowsBy(t, db.Pool, "batch-7"))
 
 		// Another key, or the same key on another resource, is another batch.
-		_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("batch-8", 1), guard.WithKey("batch-8"))
+		_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 6, Who: "b"}, insertStock("batch-8", 1), guard.WithKey("batch-8"))
 		require.NoError(t, err)
-		_, err = guard.Exec(ctx, s, lease{"other", 1, "b"}, insertStock("other-7", 1), guard.WithKey("batch-7"))
+		_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "other", Tok: 1, Who: "b"}, insertStock("other-7", 1), guard.WithKey("batch-7"))
 		require.NoError(t, err)
 
 		// A stale holder with a fresh key is refused as stale, and its key is
 		// not recorded.
-		_, err = guard.Exec(ctx, s, lease{"r", 5, "a"}, insertStock("late", 1), guard.WithKey("batch-9"))
+		_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 5, Who: "a"}, insertStock("late", 1), guard.WithKey("batch-9"))
 		require.ErrorIs(t, err, guard.ErrStaleToken)
 		assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = 'batch-9'"))
 
 		// A key with quotes and backslashes is stored verbatim (it travels as
 		// a literal in the begin round trip).
 		odd := `it's a \'key\' ; DROP TABLE stock; --`
-		_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("odd", 1), guard.WithKey(odd))
+		_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 6, Who: "b"}, insertStock("odd", 1), guard.WithKey(odd))
 		require.NoError(t, err)
 		assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = $1", odd))
-		_, err = guard.Exec(ctx, s, lease{"r", 6, "b"}, insertStock("odd", 1), guard.WithKey(odd))
+		_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 6, Who: "b"}, insertStock("odd", 1), guard.WithKey(odd))
 		require.ErrorIs(t, err, guard.ErrAlreadyApplied)
 	})
 }
@@ -162,7 +163,7 @@ func TestRollbackOnErrorPanicAndCancel(t *testing.T) {
 		boom := errors.New("boom")
 
 		t.Run("error", func(t *testing.T) {
-			_, err := guard.Exec(ctx, s, lease{"err", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "err", Tok: 3, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 				if err := insertStock("err", 2)(ctx, tx); err != nil {
 					return err
 				}
@@ -174,7 +175,7 @@ func TestRollbackOnErrorPanicAndCancel(t *testing.T) {
 			defer func() {
 				assert.Equal(t, "kaboom", recover())
 			}()
-			_, _ = guard.Exec(ctx, s, lease{"panic", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			_, _ = guard.Exec(ctx, s, guardtest.Lease{Resource: "panic", Tok: 3, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 				if err := insertStock("panic", 2)(ctx, tx); err != nil {
 					return err
 				}
@@ -184,7 +185,7 @@ func TestRollbackOnErrorPanicAndCancel(t *testing.T) {
 		})
 		t.Run("cancel", func(t *testing.T) {
 			cctx, cancel := context.WithCancel(ctx)
-			_, err := guard.Exec(cctx, s, lease{"cancel", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := guard.Exec(cctx, s, guardtest.Lease{Resource: "cancel", Tok: 3, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 				if err := insertStock("cancel", 2)(ctx, tx); err != nil {
 					return err
 				}
@@ -195,7 +196,7 @@ func TestRollbackOnErrorPanicAndCancel(t *testing.T) {
 		})
 		t.Run("cancel after fn", func(t *testing.T) {
 			cctx, cancel := context.WithCancel(ctx)
-			_, err := guard.Exec(cctx, s, lease{"cancel2", 3, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := guard.Exec(cctx, s, guardtest.Lease{Resource: "cancel2", Tok: 3, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 				err := insertStock("cancel2", 2)(ctx, tx)
 				cancel()
 				return err
@@ -207,7 +208,7 @@ func TestRollbackOnErrorPanicAndCancel(t *testing.T) {
 		assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM stock"))
 		assert.EqualValues(t, 0, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied"))
 		// And the pool still works.
-		_, err := guard.Exec(ctx, s, lease{"err", 3, "a"}, insertStock("ok", 1), guard.WithKey("k"))
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "err", Tok: 3, Who: "a"}, insertStock("ok", 1), guard.WithKey("k"))
 		require.NoError(t, err)
 	})
 }
@@ -227,14 +228,14 @@ func TestBadInput(t *testing.T) {
 		msg   string
 	}{
 		{"nil lease", nil, nil, guard.ErrInvalidLease, "nil lease"},
-		{"empty resource", lease{"", 1, "a"}, nil, guard.ErrInvalidLease, "empty resource"},
-		{"zero token", lease{"r", 0, "a"}, nil, guard.ErrInvalidLease, "token must be > 0"},
-		{"negative token", lease{"r", -5, "a"}, nil, guard.ErrInvalidLease, "token must be > 0"},
-		{"empty holder", lease{"r", 1, ""}, nil, guard.ErrInvalidLease, "empty holder"},
-		{"NUL in resource", lease{"r\x00", 1, "a"}, nil, guard.ErrInvalidLease, "NUL"},
-		{"invalid UTF-8 holder", lease{"r", 1, "\xff"}, nil, guard.ErrInvalidInput, "UTF-8"},
-		{"empty key", lease{"r", 1, "a"}, []guard.Option{guard.WithKey("")}, guard.ErrInvalidOption, "empty idempotency key"},
-		{"nil option", lease{"r", 1, "a"}, []guard.Option{nil}, guard.ErrInvalidOption, "nil Option"},
+		{"empty resource", guardtest.Lease{Resource: "", Tok: 1, Who: "a"}, nil, guard.ErrInvalidLease, "empty resource"},
+		{"zero token", guardtest.Lease{Resource: "r", Tok: 0, Who: "a"}, nil, guard.ErrInvalidLease, "token must be > 0"},
+		{"negative token", guardtest.Lease{Resource: "r", Tok: -5, Who: "a"}, nil, guard.ErrInvalidLease, "token must be > 0"},
+		{"empty holder", guardtest.Lease{Resource: "r", Tok: 1, Who: ""}, nil, guard.ErrInvalidLease, "empty holder"},
+		{"NUL in resource", guardtest.Lease{Resource: "r\x00", Tok: 1, Who: "a"}, nil, guard.ErrInvalidLease, "NUL"},
+		{"invalid UTF-8 holder", guardtest.Lease{Resource: "r", Tok: 1, Who: "\xff"}, nil, guard.ErrInvalidInput, "UTF-8"},
+		{"empty key", guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, []guard.Option{guard.WithKey("")}, guard.ErrInvalidOption, "empty idempotency key"},
+		{"nil option", guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, []guard.Option{nil}, guard.ErrInvalidOption, "nil Option"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := guard.Exec(ctx, s, tc.lease, fn, tc.opts...)
@@ -242,19 +243,19 @@ func TestBadInput(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.msg)
 		})
 	}
-	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, nil)
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, nil)
 	require.ErrorIs(t, err, guard.ErrNilFunc)
-	_, err = guard.Exec[pgx.Tx](ctx, nil, lease{"r", 1, "a"}, fn)
+	_, err = guard.Exec[pgx.Tx](ctx, nil, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, fn)
 	require.ErrorIs(t, err, guard.ErrNilStore)
 
 	// Advance and runs reject the same leases.
-	require.ErrorIs(t, s.Advance(ctx, lease{"r", 0, "a"}), guard.ErrInvalidLease)
+	require.ErrorIs(t, s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 0, Who: "a"}), guard.ErrInvalidLease)
 	require.ErrorIs(t, s.Advance(ctx, nil), guard.ErrInvalidLease)
-	_, _, err = s.Run(lease{"r", 1, "a"}, "").Resume(ctx)
+	_, _, err = s.Run(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, "").Resume(ctx)
 	require.ErrorIs(t, err, guard.ErrInvalidInput)
-	require.ErrorIs(t, s.Run(lease{"r", 1, "a"}, "").Step(ctx, "1", nil), guard.ErrInvalidInput)
-	require.ErrorIs(t, s.Run(lease{"", 1, "a"}, "run").Finish(ctx), guard.ErrInvalidLease)
-	require.ErrorIs(t, s.Run(lease{"r", 1, "a"}, "run").Step(ctx, "bad\x00cursor", nil), guard.ErrInvalidInput)
+	require.ErrorIs(t, s.Run(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, "").Step(ctx, "1", nil), guard.ErrInvalidInput)
+	require.ErrorIs(t, s.Run(guardtest.Lease{Resource: "", Tok: 1, Who: "a"}, "run").Finish(ctx), guard.ErrInvalidLease)
+	require.ErrorIs(t, s.Run(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, "run").Step(ctx, "bad\x00cursor", nil), guard.ErrInvalidInput)
 	_, err = s.Prune(ctx, -1)
 	require.ErrorIs(t, err, guard.ErrInvalidInput)
 
@@ -298,15 +299,15 @@ func TestMissingSchema(t *testing.T) {
 		require.Len(t, m, 2, err.Error())
 		fixURL = m[1]
 	}
-	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, pgx.Tx) error { return nil })
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(context.Context, pgx.Tx) error { return nil })
 	check("Exec", err)
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, pgx.Tx) error { return nil }, guard.WithKey("k"))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(context.Context, pgx.Tx) error { return nil }, guard.WithKey("k"))
 	check("Exec WithKey", err)
-	check("Advance", s.Advance(ctx, lease{"r", 1, "a"}))
+	check("Advance", s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}))
 	check("Protect", s.Protect(ctx, "stock"))
-	_, _, err = s.Run(lease{"r", 1, "a"}, "run").Resume(ctx)
+	_, _, err = s.Run(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, "run").Resume(ctx)
 	check("Resume", err)
-	check("Step", s.Run(lease{"r", 1, "a"}, "run").Step(ctx, "1", nil))
+	check("Step", s.Run(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, "run").Step(ctx, "1", nil))
 	_, err = s.Prune(ctx, 0)
 	check("Prune", err)
 	// Connections went back clean.
@@ -316,7 +317,7 @@ func TestMissingSchema(t *testing.T) {
 	require.NoError(t, err, fixURL)
 	defer pool.Close()
 	migrate(t, pool)
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, pgx.Tx) error { return nil })
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(context.Context, pgx.Tx) error { return nil })
 	require.NoError(t, err, "the same Store, once the schema is installed")
 }
 
@@ -326,8 +327,8 @@ func TestAdvanceClosesTheWindowBeforeFirstWrite(t *testing.T) {
 	s := newStore(t, db.Pool)
 	ctx := testCtx(t)
 
-	a := lease{"r", 100, "a"}
-	b := lease{"r", 101, "b"}
+	a := guardtest.Lease{Resource: "r", Tok: 100, Who: "a"}
+	b := guardtest.Lease{Resource: "r", Tok: 101, Who: "b"}
 	require.NoError(t, s.Advance(ctx, a))
 	// B acquires and advances, but has not written yet.
 	require.NoError(t, s.Advance(ctx, b))
@@ -356,14 +357,14 @@ func TestStoreOverConn(t *testing.T) {
 	defer conn.Close(context.Background())
 	s := newStore(t, conn)
 
-	_, err = guard.Exec(ctx, s, lease{"r", 2, "b"}, insertStock("b", 1), guard.WithKey("k"))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 2, Who: "b"}, insertStock("b", 1), guard.WithKey("k"))
 	require.NoError(t, err)
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("a", 1))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insertStock("a", 1))
 	require.ErrorIs(t, err, guard.ErrStaleToken)
-	_, err = guard.Exec(ctx, s, lease{"r", 2, "b"}, insertStock("b", 1), guard.WithKey("k"))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 2, Who: "b"}, insertStock("b", 1), guard.WithKey("k"))
 	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
 	assert.EqualValues(t, 'I', conn.PgConn().TxStatus())
-	_, err = guard.Exec(ctx, s, lease{"r", 2, "b"}, insertStock("b", 1))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 2, Who: "b"}, insertStock("b", 1))
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, rowsBy(t, db.Pool, "b"))
 	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "a"))
@@ -377,11 +378,11 @@ func TestStoreOverOtherDB(t *testing.T) {
 	ctx := testCtx(t)
 	s := newStore(t, wrappedDB{db.Pool})
 
-	_, err := guard.Exec(ctx, s, lease{"r", 2, "b"}, insertStock("b", 1), guard.WithKey("k"))
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 2, Who: "b"}, insertStock("b", 1), guard.WithKey("k"))
 	require.NoError(t, err)
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("a", 1))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insertStock("a", 1))
 	require.ErrorIs(t, err, guard.ErrStaleToken)
-	_, err = guard.Exec(ctx, s, lease{"r", 3, "b"}, insertStock("b", 1), guard.WithKey("k"))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 3, Who: "b"}, insertStock("b", 1), guard.WithKey("k"))
 	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
 	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "b"))
 	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "a"))
@@ -394,7 +395,7 @@ func TestMapErrorOfRawSQL(t *testing.T) {
 	db := newDB(t)
 	ctx := testCtx(t)
 	s := newStore(t, db.Pool)
-	require.NoError(t, s.Advance(ctx, lease{"r", 5, "b"}))
+	require.NoError(t, s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 5, Who: "b"}))
 	_, err := db.Pool.Exec(ctx, "SELECT fencelock.claim('r', 4, 'a')")
 	require.Error(t, err)
 	mapped := pgfence.MapError(err)
@@ -420,7 +421,7 @@ func TestCommitTimeRefusal(t *testing.T) {
 	defer conn.Close(context.Background())
 	s := newStore(t, conn)
 	other := newStore(t, db.Pool)
-	a, b := lease{"r", 1, "a"}, lease{"r", 2, "b"}
+	a, b := guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, guardtest.Lease{Resource: "r", Tok: 2, Who: "b"}
 
 	meanwhile := func(f func() error) func(ctx context.Context, tx pgx.Tx) error {
 		return func(ctx context.Context, tx pgx.Tx) error {
@@ -470,16 +471,16 @@ func TestTxClosedAfterExec(t *testing.T) {
 		kept = tx
 		return insertStock("x", 1)(ctx, tx)
 	}
-	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, keep)
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, keep)
 	require.NoError(t, err)
 	_, err = kept.Exec(ctx, "INSERT INTO stock VALUES ('y', 1, 'leaked')")
 	require.ErrorIs(t, err, pgx.ErrTxClosed)
 
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 		if err := keep(ctx, tx); err != nil {
 			return err
 		}
-		return s.Advance(ctx, lease{"r", 2, "b"})
+		return s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 2, Who: "b"})
 	})
 	require.ErrorIs(t, err, guard.ErrStaleToken)
 	_, err = kept.Exec(ctx, "INSERT INTO stock VALUES ('y', 1, 'leaked')")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,7 +35,7 @@ func TestConnectionFaults(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	s := newStore(t, pool)
-	l := lease{"r", 1, "a"}
+	l := guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}
 
 	// Cut mid-fn.
 	_, err = guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,7 +22,7 @@ import (
 // writer, reports that on wrote, then freezes until resume is closed and
 // writes one row more. The lease has no Done channel: a frozen process
 // cannot react to anything, so only the database can stop it.
-func frozenExec(ctx context.Context, t *testing.T, s guard.Store[pgx.Tx], l lease, writer string, opts ...guard.Option) (resume chan struct{}, done <-chan error) {
+func frozenExec(ctx context.Context, t *testing.T, s guard.Store[pgx.Tx], l guardtest.Lease, writer string, opts ...guard.Option) (resume chan struct{}, done <-chan error) {
 	t.Helper()
 	wrote, resume := make(chan struct{}), make(chan struct{})
 	errc := make(chan error, 1)
@@ -74,7 +75,7 @@ func TestFrozenHolderDoesNotBlockNext(t *testing.T) {
 	stockTable(t, db.Pool)
 	s := newStore(t, db.Pool)
 	ctx := testCtx(t)
-	a, b := lease{"r", 10, "a"}, lease{"r", 11, "b"}
+	a, b := guardtest.Lease{Resource: "r", Tok: 10, Who: "a"}, guardtest.Lease{Resource: "r", Tok: 11, Who: "b"}
 	require.NoError(t, s.Advance(ctx, a))
 
 	resume, aDone := frozenExec(ctx, t, s, a, "A")
@@ -106,11 +107,11 @@ func TestFrozenHolderDoesNotBlockNext(t *testing.T) {
 func TestFrozenHolderSameKey(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		a, b lease
+		a, b guardtest.Lease
 		want error
 	}{
-		{"newer holder", lease{"r", 10, "a"}, lease{"r", 11, "b"}, guard.ErrStaleToken},
-		{"same holder retrying", lease{"r", 10, "a"}, lease{"r", 10, "a"}, guard.ErrAlreadyApplied},
+		{"newer holder", guardtest.Lease{Resource: "r", Tok: 10, Who: "a"}, guardtest.Lease{Resource: "r", Tok: 11, Who: "b"}, guard.ErrStaleToken},
+		{"same holder retrying", guardtest.Lease{Resource: "r", Tok: 10, Who: "a"}, guardtest.Lease{Resource: "r", Tok: 10, Who: "a"}, guard.ErrAlreadyApplied},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := newDB(t)
@@ -131,7 +132,7 @@ func TestFrozenHolderSameKey(t *testing.T) {
 			require.ErrorIs(t, err, tc.want)
 			assert.EqualValues(t, 0, rowsBy(t, db.Pool, "A"), "no second copy")
 			assert.EqualValues(t, 2, rowsBy(t, db.Pool, "B"))
-			assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = 'batch-7' AND token = $1", tc.b.token))
+			assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM fencelock.applied WHERE key = 'batch-7' AND token = $1", tc.b.Tok))
 		})
 	}
 }
@@ -139,7 +140,7 @@ func TestFrozenHolderSameKey(t *testing.T) {
 // ctxLease is a lease that reports its loss like *fence.Lock: a context,
 // a Done channel and an Err.
 type ctxLease struct {
-	lease
+	guardtest.Lease
 	ctx context.Context
 }
 
@@ -188,9 +189,9 @@ func TestLeaseLostWhileCommitInFlight(t *testing.T) {
 	for i, after := range []time.Duration{oneWay / 2, oneWay, 3 * oneWay / 2} {
 		writer := fmt.Sprintf("w%d", i)
 		lctx, lose := context.WithCancelCause(context.Background())
-		var l guard.Lease = ctxLease{lease{"r", int64(i + 1), "h"}, lctx}
+		var l guard.Lease = ctxLease{guardtest.Lease{Resource: "r", Tok: int64(i + 1), Who: "h"}, lctx}
 		if i%2 == 1 {
-			l = doneLease{ctxLease{lease{"r", int64(i + 1), "h"}, lctx}}
+			l = doneLease{ctxLease{guardtest.Lease{Resource: "r", Tok: int64(i + 1), Who: "h"}, lctx}}
 		}
 		var timer *time.Timer
 		_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
@@ -224,12 +225,12 @@ func TestLeaseLostWhileCommitInFlight(t *testing.T) {
 	// returned).
 	lctx, lose := context.WithCancelCause(context.Background())
 	defer lose(nil)
-	old := ctxLease{lease{"r", 10, "old"}, lctx}
+	old := ctxLease{guardtest.Lease{Resource: "r", Tok: 10, Who: "old"}, lctx}
 	_, err = guard.Exec(ctx, s, old, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO stock (sku, qty, writer) VALUES ('x', 1, 'old')"); err != nil {
 			return err
 		}
-		if err := newStore(t, db.Pool).Advance(ctx, lease{"r", 11, "new"}); err != nil {
+		if err := newStore(t, db.Pool).Advance(ctx, guardtest.Lease{Resource: "r", Tok: 11, Who: "new"}); err != nil {
 			return err
 		}
 		time.AfterFunc(oneWay/2, func() { lose(errLeaseGone) })
@@ -275,7 +276,7 @@ func TestReadModifyWriteNoLostUpdate(t *testing.T) {
 			return err
 		}
 	}
-	run := func(l lease) (read, proceed chan struct{}, done chan error) {
+	run := func(l guardtest.Lease) (read, proceed chan struct{}, done chan error) {
 		read, proceed, done = make(chan struct{}), make(chan struct{}), make(chan error, 1)
 		go func() {
 			_, err := guard.Exec(ctx, s, l, incr(read, proceed))
@@ -283,9 +284,9 @@ func TestReadModifyWriteNoLostUpdate(t *testing.T) {
 		}()
 		return read, proceed, done
 	}
-	oldRead, oldGo, oldDone := run(lease{"reg", 1, "old"})
+	oldRead, oldGo, oldDone := run(guardtest.Lease{Resource: "reg", Tok: 1, Who: "old"})
 	<-oldRead
-	nextRead, nextGo, nextDone := run(lease{"reg", 2, "next"})
+	nextRead, nextGo, nextDone := run(guardtest.Lease{Resource: "reg", Tok: 2, Who: "next"})
 	select {
 	case <-nextRead:
 	case err := <-nextDone:

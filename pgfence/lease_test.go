@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -94,7 +95,7 @@ func TestLeaseContextLostWhileCommitInFlight(t *testing.T) {
 
 	lctx, lose := context.WithCancelCause(context.Background())
 	defer lose(nil)
-	l := ctxLease{lease{"r", 1, "h"}, lctx}
+	l := ctxLease{guardtest.Lease{Resource: "r", Tok: 1, Who: "h"}, lctx}
 	_, err := guard.Exec(lctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO stock (sku, qty, writer) VALUES ('x', 1, 'w')"); err != nil {
 			return err

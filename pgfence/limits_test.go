@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -40,24 +41,26 @@ func TestOversizedNames(t *testing.T) {
 		call func() error
 	}{
 		{"resource", guard.ErrInvalidLease, func() error {
-			_, err := guard.Exec(ctx, s, lease{long(2800), 1, "a"}, fn)
+			_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: long(2800), Tok: 1, Who: "a"}, fn)
 			return err
 		}},
 		{"holder", guard.ErrInvalidLease, func() error {
-			_, err := guard.Exec(ctx, s, lease{"r", 1, long(guard.MaxHolderLen + 1)}, fn)
+			_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: long(guard.MaxHolderLen + 1)}, fn)
 			return err
 		}},
 		{"key", guard.ErrInvalidOption, func() error {
-			_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, fn, guard.WithKey(long(guard.MaxKeyLen+1)))
+			_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, fn, guard.WithKey(long(guard.MaxKeyLen+1)))
 			return err
 		}},
 		{"run key", guard.ErrInvalidInput, func() error {
-			return s.Run(lease{"r", 1, "a"}, long(guard.MaxKeyLen+1)).Step(ctx, "1", fn)
+			return s.Run(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, long(guard.MaxKeyLen+1)).Step(ctx, "1", fn)
 		}},
 		{"cursor", guard.ErrInvalidInput, func() error {
-			return s.Run(lease{"r", 1, "a"}, "run").Step(ctx, long(guard.MaxCursorLen+1), fn)
+			return s.Run(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, "run").Step(ctx, long(guard.MaxCursorLen+1), fn)
 		}},
-		{"advance", guard.ErrInvalidLease, func() error { return s.Advance(ctx, lease{long(guard.MaxResourceLen + 1), 1, "a"}) }},
+		{"advance", guard.ErrInvalidLease, func() error {
+			return s.Advance(ctx, guardtest.Lease{Resource: long(guard.MaxResourceLen + 1), Tok: 1, Who: "a"})
+		}},
 		{"protect", guard.ErrInvalidOption, func() error {
 			return s.Protect(ctx, "stock", pgfence.ForResource(long(guard.MaxResourceLen+1)))
 		}},
@@ -73,7 +76,7 @@ func TestOversizedNames(t *testing.T) {
 	assert.Zero(t, count(t, db.Pool, "SELECT count(*) FROM fencelock.fence"))
 
 	// At the limits, everything fits.
-	atLimit := lease{long(guard.MaxResourceLen), 1, long(guard.MaxHolderLen)}
+	atLimit := guardtest.Lease{Resource: long(guard.MaxResourceLen), Tok: 1, Who: long(guard.MaxHolderLen)}
 	_, err := guard.Exec(ctx, s, atLimit, fn, guard.WithKey(long(guard.MaxKeyLen)))
 	require.NoError(t, err)
 	require.NoError(t, s.Run(atLimit, long(guard.MaxKeyLen)).Step(ctx, "1", nil))

@@ -79,19 +79,6 @@ func storedToken(t testing.TB, pool *pgxpool.Pool, resource string) int64 {
 	return count(t, pool, "SELECT coalesce((SELECT token FROM fencelock.fence WHERE resource = $1), 0)", resource)
 }
 
-// lease is a fixed lease: what a lock looks like to guard, for tests that
-// do not need a lock server, and the view a paused process has of its lock
-// (it has not noticed the expiry yet).
-type lease struct {
-	name   string
-	token  int64
-	holder string
-}
-
-func (l lease) Name() string   { return l.name }
-func (l lease) Token() int64   { return l.token }
-func (l lease) Holder() string { return l.holder }
-
 // stockTable creates the table the tests write "stock rows" to.
 func stockTable(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -26,7 +27,7 @@ func TestOnCommit(t *testing.T) {
 	var writes atomic.Int64
 	conn := connThrough(t, db.URL, func(c net.Conn) net.Conn { return writeCounter{Conn: c, writes: &writes} })
 	s := newStore(t, conn)
-	l := lease{"r", 1, "a"}
+	l := guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}
 	exec := func(queue ...string) {
 		t.Helper()
 		_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
@@ -103,7 +104,7 @@ func TestOnCommitPrepared(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close(context.WithoutCancel(ctx))
 	s := newStore(t, conn)
-	l := lease{"r", 1, "a"}
+	l := guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}
 	exec := func(queue ...string) error {
 		_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
 			for i, q := range queue {

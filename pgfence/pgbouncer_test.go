@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,16 +59,16 @@ func throughPooler(ctx context.Context, t *testing.T, pool, direct *pgxpool.Pool
 		return count(t, direct, "SELECT count(*) FROM stock WHERE writer = $1", writer)
 	}
 	*token += 10
-	l := lease{"r", *token, "h-" + tag}
+	l := guardtest.Lease{Resource: "r", Tok: *token, Who: "h-" + tag}
 	require.NoError(t, s.Advance(ctx, l))
-	require.ErrorIs(t, s.Advance(ctx, lease{"r", *token - 1, "old"}), guard.ErrStaleToken)
+	require.ErrorIs(t, s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: *token - 1, Who: "old"}), guard.ErrStaleToken)
 
 	w := "exec-" + tag
 	_, err := guard.Exec(ctx, s, l, insert(w), guard.WithKey(w))
 	require.NoError(t, err)
 	_, err = guard.Exec(ctx, s, l, insert(w), guard.WithKey(w))
 	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
-	_, err = guard.Exec(ctx, s, lease{"r", *token - 1, "old"}, insert(w))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: *token - 1, Who: "old"}, insert(w))
 	require.ErrorIs(t, err, guard.ErrStaleToken)
 	assert.EqualValues(t, 1, rows(w))
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -58,7 +59,7 @@ func TestPreparedOnDirectConnection(t *testing.T) {
 			s := newStore(t, conn, c.opts...)
 			for i := range 3 {
 				before := writes.Load()
-				_, err := guard.Exec(ctx, s, lease{"r-" + c.name, 1, "a"}, insertStock("x", 1), guard.WithKey(string(rune('a'+i))))
+				_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r-" + c.name, Tok: 1, Who: "a"}, insertStock("x", 1), guard.WithKey(string(rune('a'+i))))
 				require.NoError(t, err)
 				want := int64(3)
 				if i == 0 {
@@ -89,7 +90,7 @@ func TestPreparedIsPerStore(t *testing.T) {
 			mu.Lock()
 			sent.Reset()
 			mu.Unlock()
-			_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("x", 1))
+			_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insertStock("x", 1))
 			require.NoError(t, err)
 			mu.Lock()
 			defer mu.Unlock()
@@ -125,7 +126,7 @@ func TestUnnamedThroughPooler(t *testing.T) {
 	defer conn.Close(context.Background())
 	s := newStore(t, conn)
 	for range 3 {
-		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("x", 1))
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insertStock("x", 1))
 		require.NoError(t, err)
 	}
 	assert.Equal(t, 0, preparedByPgfence(t, ctx, conn))
@@ -148,7 +149,7 @@ func TestPreparedStatementsDropped(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	s := newStore(t, conn)
-	l := lease{"r", 1, "a"}
+	l := guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}
 	_, err = guard.Exec(ctx, s, l, insertStock("x", 1))
 	require.NoError(t, err)
 	require.Equal(t, pgfenceStatements, preparedByPgfence(t, ctx, conn))

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -50,7 +51,7 @@ func TestProtect(t *testing.T) {
 
 	require.NoError(t, s.Protect(ctx, "stock"))
 	require.NoError(t, s.Protect(ctx, "public.stock"), "protecting twice is harmless")
-	require.NoError(t, s.Advance(ctx, lease{"stock", 10, "b"}))
+	require.NoError(t, s.Advance(ctx, guardtest.Lease{Resource: "stock", Tok: 10, Who: "b"}))
 
 	t.Run("no claim", func(t *testing.T) {
 		for _, stmt := range []string{
@@ -99,7 +100,7 @@ func TestProtect(t *testing.T) {
 	t.Run("current claim", func(t *testing.T) {
 		require.NoError(t, rawTx(ctx, db.Pool, "SELECT fencelock.claim('stock', 10, 'b')", "INSERT INTO stock VALUES ('x', 1, 'raw')"))
 		require.NoError(t, rawTx(ctx, db.Pool, "SELECT fencelock.claim('stock', 11, 'c')", "UPDATE stock SET qty = qty + 1 WHERE writer = 'raw'"))
-		_, err := guard.Exec(ctx, s, lease{"stock", 11, "c"}, insertStock("guarded", 2))
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "stock", Tok: 11, Who: "c"}, insertStock("guarded", 2))
 		require.NoError(t, err)
 		assert.EqualValues(t, 1, rowsBy(t, db.Pool, "raw"))
 		assert.EqualValues(t, 2, rowsBy(t, db.Pool, "guarded"))
@@ -122,11 +123,11 @@ func TestProtectForResource(t *testing.T) {
 	require.NoError(t, s.Protect(ctx, "stock", pgfence.ForResource("stock-sync:eu")))
 
 	// A current claim on another resource is not enough.
-	_, err := guard.Exec(ctx, s, lease{"other", 1, "a"}, insertStock("other", 1))
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "other", Tok: 1, Who: "a"}, insertStock("other", 1))
 	require.ErrorIs(t, err, guard.ErrNotClaimed, "guard.Exec maps fn's errors through the store")
 	assert.Contains(t, err.Error(), `protected by resource "stock-sync:eu"`)
 	// The bound resource is.
-	_, err = guard.Exec(ctx, s, lease{"stock-sync:eu", 1, "a"}, insertStock("eu", 1))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "stock-sync:eu", Tok: 1, Who: "a"}, insertStock("eu", 1))
 	require.NoError(t, err)
 	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "other"))
 	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "eu"))
@@ -135,9 +136,9 @@ func TestProtectForResource(t *testing.T) {
 	// literal, not SQL.
 	odd := `it's "odd"\`
 	require.NoError(t, s.Protect(ctx, "stock", pgfence.ForResource(odd)))
-	_, err = guard.Exec(ctx, s, lease{odd, 1, "a"}, insertStock("odd", 1))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: odd, Tok: 1, Who: "a"}, insertStock("odd", 1))
 	require.NoError(t, err)
-	_, err = guard.Exec(ctx, s, lease{"stock-sync:eu", 1, "a"}, insertStock("eu", 1))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "stock-sync:eu", Tok: 1, Who: "a"}, insertStock("eu", 1))
 	require.ErrorIs(t, err, guard.ErrNotClaimed)
 	assert.EqualValues(t, 1, count(t, db.Pool, "SELECT count(*) FROM pg_trigger WHERE tgname = 'fencelock_protect'"))
 
@@ -187,20 +188,20 @@ func TestProtectWithCommitTimeClaim(t *testing.T) {
 	ctx := testCtx(t)
 	require.NoError(t, s.Protect(ctx, "stock"))
 
-	_, err := guard.Exec(ctx, s, lease{"new", 3, "a"}, insertStock("first", 1))
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "new", Tok: 3, Who: "a"}, insertStock("first", 1))
 	require.NoError(t, err, "first write ever for the resource")
 	assert.EqualValues(t, 3, storedToken(t, db.Pool, "new"))
 
 	require.NoError(t, rawTx(ctx, db.Pool, "SELECT fencelock.precheck('new', 5, 'b')", "INSERT INTO stock VALUES ('x', 1, 'precheck-only')"))
 	assert.EqualValues(t, 5, storedToken(t, db.Pool, "new"), "the trigger recorded the token")
-	_, err = guard.Exec(ctx, s, lease{"new", 4, "c"}, insertStock("late", 1))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "new", Tok: 4, Who: "c"}, insertStock("late", 1))
 	require.ErrorIs(t, err, guard.ErrStaleToken)
 	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "late"))
 
 	// One holder, two transactions at once, both past their first write
 	// before either commits: the fence row is share-locked by both, and
 	// both commits re-claim under a share lock (no upgrade, no deadlock).
-	l := lease{"new", 6, "d"}
+	l := guardtest.Lease{Resource: "new", Tok: 6, Who: "d"}
 	require.NoError(t, s.Advance(ctx, l))
 	both := make(chan struct{}, 2)
 	errs := make(chan error, 2)
@@ -232,7 +233,7 @@ func TestSameHolderConcurrentCommits(t *testing.T) {
 	stockTable(t, db.Pool)
 	s := newStore(t, db.Pool)
 	ctx := testCtx(t)
-	l := lease{"r", 1, "a"}
+	l := guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}
 	var ready sync.WaitGroup
 	ready.Add(4)
 	errs := make(chan error, 4)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,7 +20,7 @@ func TestReadOnlyDatabase(t *testing.T) {
 	db := newDB(t)
 	stockTable(t, db.Pool)
 	ctx := testCtx(t)
-	require.NoError(t, newStore(t, db.Pool).Advance(ctx, lease{"known", 1, "a"}))
+	require.NoError(t, newStore(t, db.Pool).Advance(ctx, guardtest.Lease{Resource: "known", Tok: 1, Who: "a"}))
 	mustExec(t, db.Pool, "ALTER DATABASE "+pgx.Identifier{db.Name}.Sanitize()+" SET default_transaction_read_only = on")
 	ro, err := pgxpool.New(ctx, db.URL) // new sessions get the setting
 	require.NoError(t, err)
@@ -43,15 +44,15 @@ func TestReadOnlyDatabase(t *testing.T) {
 				ran = true
 				return insertStock("ro", 1)(ctx, tx)
 			}
-			for _, l := range []lease{{"new", 5, "a"}, {"known", 1, "a"}} {
+			for _, l := range []guardtest.Lease{{Resource: "new", Tok: 5, Who: "a"}, {Resource: "known", Tok: 1, Who: "a"}} {
 				_, err := guard.Exec(ctx, s, l, fn, guard.WithKey("k"))
-				check("Exec "+l.name, err)
+				check("Exec "+l.Resource, err)
 				_, err = guard.Exec(ctx, s, l, fn)
-				check("Exec again "+l.name, err) // the advance cache is not filled by a refusal
-				check("Step "+l.name, s.Run(l, "run").Step(ctx, "1", fn))
-				check("Finish "+l.name, s.Run(l, "run").Finish(ctx))
+				check("Exec again "+l.Resource, err) // the advance cache is not filled by a refusal
+				check("Step "+l.Resource, s.Run(l, "run").Step(ctx, "1", fn))
+				check("Finish "+l.Resource, s.Run(l, "run").Finish(ctx))
 			}
-			check("Advance", s.Advance(ctx, lease{"new", 6, "a"}))
+			check("Advance", s.Advance(ctx, guardtest.Lease{Resource: "new", Tok: 6, Who: "a"}))
 			_, err := s.Prune(ctx, 0)
 			check("Prune", err)
 			assert.False(t, ran, "fn must not run on a read-only database")
@@ -78,7 +79,7 @@ func TestReadOnlySession(t *testing.T) {
 	_, err = conn.Exec(ctx, "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
 	require.NoError(t, err)
 	s := newStore(t, conn)
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("ro", 1))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insertStock("ro", 1))
 	require.ErrorIs(t, err, guard.ErrReadOnly)
 	assert.Contains(t, err.Error(), "default_transaction_read_only")
 	assert.Zero(t, count(t, db.Pool, "SELECT count(*) FROM stock"))
@@ -87,6 +88,6 @@ func TestReadOnlySession(t *testing.T) {
 	assert.EqualValues(t, 'I', conn.PgConn().TxStatus())
 	_, err = conn.Exec(ctx, "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
 	require.NoError(t, err)
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("rw", 1))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insertStock("rw", 1))
 	require.NoError(t, err)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -80,7 +81,7 @@ func TestRestrictedRole(t *testing.T) {
 	mustExec(t, db.Pool, "GRANT SELECT, INSERT, UPDATE, DELETE ON stock TO "+role)
 	app := newStore(t, appPool)
 
-	a := lease{"sync", 10, "a"}
+	a := guardtest.Lease{Resource: "sync", Tok: 10, Who: "a"}
 	require.NoError(t, app.Advance(ctx, a))
 	assert.EqualValues(t, 10, storedToken(t, db.Pool, "sync"))
 
@@ -127,7 +128,7 @@ func TestRestrictedRole(t *testing.T) {
 	require.ErrorIs(t, pgfence.MapError(err), guard.ErrNotClaimed)
 
 	// A newer holder through the same role; the old one is refused.
-	b := lease{"sync", 11, "b"}
+	b := guardtest.Lease{Resource: "sync", Tok: 11, Who: "b"}
 	require.NoError(t, app.Advance(ctx, b))
 	_, err = guard.Exec(ctx, app, a, insert("stale"))
 	require.ErrorIs(t, err, guard.ErrStaleToken)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/stretchr/testify/assert"
@@ -40,7 +41,7 @@ func TestGuardedWriteAddsNoRoundTrip(t *testing.T) {
 	conn := connThrough(t, db.URL, func(c net.Conn) net.Conn { return writeCounter{Conn: c, writes: &writes} })
 	s := newStore(t, conn)
 	write := insertStock("x", 1)
-	l := lease{"r", 1, "a"}
+	l := guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}
 
 	plain := func() {
 		tx, err := conn.Begin(ctx)
@@ -159,30 +160,32 @@ func TestAdvanceSentOncePerClaim(t *testing.T) {
 		defer mu.Unlock()
 		return advanceRuns(t, sent.String())
 	}
-	exec := func(l lease, opts ...guard.Option) func() {
+	exec := func(l guardtest.Lease, opts ...guard.Option) func() {
 		return func() {
-			_, err := guard.Exec(ctx, s, l, insertStock(l.holder, 1), opts...)
+			_, err := guard.Exec(ctx, s, l, insertStock(l.Who, 1), opts...)
 			require.NoError(t, err)
 		}
 	}
 
-	assert.Equal(t, 1, advances(exec(lease{"r", 1, "a"})), "first transaction of a lease")
-	assert.Equal(t, 0, advances(exec(lease{"r", 1, "a"})), "same lease again")
-	assert.Equal(t, 0, advances(exec(lease{"r", 1, "a"}, guard.WithKey("k"))), "same lease, with a key")
+	assert.Equal(t, 1, advances(exec(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"})), "first transaction of a lease")
+	assert.Equal(t, 0, advances(exec(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"})), "same lease again")
+	assert.Equal(t, 0, advances(exec(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, guard.WithKey("k"))), "same lease, with a key")
 	assert.Equal(t, 0, advances(func() {
-		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("a", 1), guard.WithKey("k"))
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insertStock("a", 1), guard.WithKey("k"))
 		require.ErrorIs(t, err, guard.ErrAlreadyApplied)
 	}), "same lease, refused key")
-	assert.Equal(t, 1, advances(exec(lease{"r", 2, "b"})), "new token")
-	assert.Equal(t, 1, advances(exec(lease{"other", 2, "b"})), "other resource")
-	assert.Equal(t, 0, advances(exec(lease{"r", 2, "b"})), "cached again")
-	assert.Equal(t, 0, advances(func() { require.NoError(t, s.Run(lease{"r", 2, "b"}, "run").Step(ctx, "1", nil)) }), "a run step of the same lease")
+	assert.Equal(t, 1, advances(exec(guardtest.Lease{Resource: "r", Tok: 2, Who: "b"})), "new token")
+	assert.Equal(t, 1, advances(exec(guardtest.Lease{Resource: "other", Tok: 2, Who: "b"})), "other resource")
+	assert.Equal(t, 0, advances(exec(guardtest.Lease{Resource: "r", Tok: 2, Who: "b"})), "cached again")
+	assert.Equal(t, 0, advances(func() {
+		require.NoError(t, s.Run(guardtest.Lease{Resource: "r", Tok: 2, Who: "b"}, "run").Step(ctx, "1", nil))
+	}), "a run step of the same lease")
 
 	// A stale token is refused by advance and not cached: it is sent (and
 	// refused) every time.
 	for range 2 {
 		assert.Equal(t, 1, advances(func() {
-			_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("a", 1))
+			_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insertStock("a", 1))
 			require.ErrorIs(t, err, guard.ErrStaleToken)
 		}), "stale token")
 	}
@@ -190,10 +193,10 @@ func TestAdvanceSentOncePerClaim(t *testing.T) {
 	// A newer holder advances through another Store: the cached lease
 	// sends no advance, and is refused all the same, nothing written.
 	other := newStore(t, db.Pool)
-	require.NoError(t, other.Advance(ctx, lease{"r", 3, "c"}))
+	require.NoError(t, other.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 3, Who: "c"}))
 	before := count(t, db.Pool, "SELECT count(*) FROM stock")
 	assert.Equal(t, 0, advances(func() {
-		_, err := guard.Exec(ctx, s, lease{"r", 2, "b"}, insertStock("b", 1))
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 2, Who: "b"}, insertStock("b", 1))
 		var stale *guard.StaleTokenError
 		require.ErrorAs(t, err, &stale)
 		assert.EqualValues(t, 3, stale.Current)
@@ -202,6 +205,6 @@ func TestAdvanceSentOncePerClaim(t *testing.T) {
 	assert.EqualValues(t, 3, storedToken(t, db.Pool, "r"))
 
 	// Advance fills the cache too.
-	require.NoError(t, s.Advance(ctx, lease{"r", 4, "d"}))
-	assert.Equal(t, 0, advances(exec(lease{"r", 4, "d"})), "after Advance")
+	require.NoError(t, s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 4, Who: "d"}))
+	assert.Equal(t, 0, advances(exec(guardtest.Lease{Resource: "r", Tok: 4, Who: "d"})), "after Advance")
 }

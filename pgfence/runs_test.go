@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,7 +20,7 @@ func TestResumableRun(t *testing.T) {
 		s := newStore(t, pool)
 		ctx := testCtx(t)
 
-		a := s.Run(lease{"sync", 1, "a"}, "2026-11-30")
+		a := s.Run(guardtest.Lease{Resource: "sync", Tok: 1, Who: "a"}, "2026-11-30")
 		cur, fin, err := a.Resume(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, "", cur)
@@ -42,7 +43,7 @@ func TestResumableRun(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 
 		// A pauses; B takes over and resumes at A's cursor.
-		b := s.Run(lease{"sync", 2, "b"}, "2026-11-30")
+		b := s.Run(guardtest.Lease{Resource: "sync", Tok: 2, Who: "b"}, "2026-11-30")
 		cur, fin, err = b.Resume(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, "page-2", cur)
@@ -72,7 +73,7 @@ func TestResumableRun(t *testing.T) {
 		assert.True(t, fin)
 
 		// A later holder: the run is a no-op.
-		c := s.Run(lease{"sync", 3, "c"}, "2026-11-30")
+		c := s.Run(guardtest.Lease{Resource: "sync", Tok: 3, Who: "c"}, "2026-11-30")
 		_, fin, err = c.Resume(ctx)
 		require.NoError(t, err)
 		assert.True(t, fin)
@@ -85,7 +86,7 @@ func TestResumableRun(t *testing.T) {
 		assert.EqualValues(t, 0, rowsBy(t, db.Pool, "c"))
 
 		// Another run key of the same resource is independent.
-		d := s.Run(lease{"sync", 3, "c"}, "2026-12-01")
+		d := s.Run(guardtest.Lease{Resource: "sync", Tok: 3, Who: "c"}, "2026-12-01")
 		require.NoError(t, d.Step(ctx, "page-1", nil))
 		cur, fin, err = d.Resume(ctx)
 		require.NoError(t, err)
@@ -99,7 +100,7 @@ func TestPrune(t *testing.T) {
 	stockTable(t, db.Pool)
 	s := newStore(t, db.Pool)
 	ctx := testCtx(t)
-	l := lease{"r", 1, "a"}
+	l := guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}
 
 	for _, k := range []string{"k1", "k2", "k3"} {
 		_, err := guard.Exec(ctx, s, l, insertStock(k, 1), guard.WithKey(k))
@@ -140,7 +141,7 @@ func TestRunStepIsHOTUpdate(t *testing.T) {
 	db := newDB(t)
 	s := newStore(t, db.Pool)
 	ctx := testCtx(t)
-	l := lease{"r", 1, "a"}
+	l := guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}
 	run := s.Run(l, "hot")
 	require.NoError(t, run.Step(ctx, "1", nil))
 	require.NoError(t, run.Step(ctx, "2", func(ctx context.Context, tx pgx.Tx) error {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,7 +37,7 @@ func TestHotStandby(t *testing.T) {
 	t.Cleanup(prim.Close)
 	migrate(t, prim)
 	stockTable(t, prim)
-	require.NoError(t, newStore(t, prim).Advance(ctx, lease{"known", 1, "a"}))
+	require.NoError(t, newStore(t, prim).Advance(ctx, guardtest.Lease{Resource: "known", Tok: 1, Who: "a"}))
 	standby, err := pgxpool.New(ctx, standbyURL)
 	require.NoError(t, err)
 	t.Cleanup(standby.Close)
@@ -57,12 +58,12 @@ func TestHotStandby(t *testing.T) {
 		assert.Contains(t, err.Error(), "hot standby", what)
 		assert.NotContains(t, err.Error(), "\n", what)
 	}
-	for _, l := range []lease{{"new", 5, "a"}, {"known", 1, "a"}} {
+	for _, l := range []guardtest.Lease{{Resource: "new", Tok: 5, Who: "a"}, {Resource: "known", Tok: 1, Who: "a"}} {
 		_, err := guard.Exec(ctx, s, l, fn, guard.WithKey("k"))
-		check("Exec "+l.name, err)
-		check("Step "+l.name, s.Run(l, "run").Step(ctx, "1", fn))
+		check("Exec "+l.Resource, err)
+		check("Step "+l.Resource, s.Run(l, "run").Step(ctx, "1", fn))
 	}
-	check("Advance", s.Advance(ctx, lease{"new", 6, "a"}))
+	check("Advance", s.Advance(ctx, guardtest.Lease{Resource: "new", Tok: 6, Who: "a"}))
 	assert.False(t, ran, "fn must not run on a standby")
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
@@ -49,12 +50,12 @@ func TestTxCommitAndRollbackAreRefused(t *testing.T) {
 			// fn ignores the refusal, a newer holder advances meanwhile: the
 			// claim at commit refuses, and nothing is visible.
 			writer := []string{"commit", "rollback"}[i]
-			_, err := guard.Exec(ctx, s, lease{writer, 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: writer, Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 				if err := insertStock(writer, 1)(ctx, tx); err != nil {
 					return err
 				}
 				require.ErrorIs(t, end(tx), guard.ErrTxOwned)
-				if err := newStore(t, db.Pool).Advance(ctx, lease{writer, 2, "b"}); err != nil {
+				if err := newStore(t, db.Pool).Advance(ctx, guardtest.Lease{Resource: writer, Tok: 2, Who: "b"}); err != nil {
 					return err
 				}
 				return insertStock(writer, 1)(ctx, tx) // still in the transaction
@@ -63,7 +64,7 @@ func TestTxCommitAndRollbackAreRefused(t *testing.T) {
 			checkInvariant(t, err, rowsBy(t, db.Pool, writer))
 
 			// fn returns the refusal: rolled back, and the error says why.
-			_, err = guard.Exec(ctx, s, lease{writer, 2, "b"}, func(ctx context.Context, tx pgx.Tx) error {
+			_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: writer, Tok: 2, Who: "b"}, func(ctx context.Context, tx pgx.Tx) error {
 				if err := insertStock(writer, 1)(ctx, tx); err != nil {
 					return err
 				}
@@ -73,7 +74,7 @@ func TestTxCommitAndRollbackAreRefused(t *testing.T) {
 			checkInvariant(t, err, rowsBy(t, db.Pool, writer))
 
 			// fn ignores it and returns nil: committed, with the check.
-			_, err = guard.Exec(ctx, s, lease{writer, 2, "b"}, func(ctx context.Context, tx pgx.Tx) error {
+			_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: writer, Tok: 2, Who: "b"}, func(ctx context.Context, tx pgx.Tx) error {
 				if err := insertStock(writer, 1)(ctx, tx); err != nil {
 					return err
 				}
@@ -108,7 +109,7 @@ func TestRawCommitInFnIsReported(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				writer := tc.name
 				boom := errors.New("boom")
-				_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 					if err := insertStock(writer, 1)(ctx, tx); err != nil {
 						return err
 					}
@@ -135,7 +136,7 @@ func TestRawCommitInFnIsReported(t *testing.T) {
 			})
 		}
 		// The pool's connections are clean afterwards.
-		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, insertStock("after", 1))
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insertStock("after", 1))
 		require.NoError(t, err)
 	})
 }
@@ -147,7 +148,7 @@ func TestSwallowedErrorInFn(t *testing.T) {
 		stockTable(t, db.Pool)
 		s := newStore(t, pool)
 		ctx := testCtx(t)
-		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 			if err := insertStock("x", 1)(ctx, tx); err != nil {
 				return err
 			}
@@ -166,7 +167,7 @@ func TestSavepointInFn(t *testing.T) {
 		stockTable(t, db.Pool)
 		s := newStore(t, pool)
 		ctx := testCtx(t)
-		_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 			if err := insertStock("outer", 1)(ctx, tx); err != nil {
 				return err
 			}
@@ -205,7 +206,7 @@ func TestTxMethodsInFn(t *testing.T) {
 	s := newStore(t, db.Pool)
 	ctx := testCtx(t)
 	var oid uint32
-	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue("INSERT INTO stock VALUES ('b1', 1, 'batch')")
 		b.Queue("INSERT INTO stock VALUES ('b2', 1, 'batch')")
@@ -278,7 +279,7 @@ func TestCommitInFlightWhenConnectionDies(t *testing.T) {
 	conn := connThrough(t, db.URL, func(c net.Conn) net.Conn { return cutAfterCommit{Conn: c, armed: &armed} })
 	s := newStore(t, conn)
 
-	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx pgx.Tx) error {
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
 		armed.Store(true)
 		return insertStock("inflight", 1)(ctx, tx)
 	}, guard.WithKey("k"))
@@ -288,7 +289,7 @@ func TestCommitInFlightWhenConnectionDies(t *testing.T) {
 
 	// The retry (a new connection) tells: the key was applied, or the
 	// batch applies now; either way exactly one copy.
-	_, err = guard.Exec(ctx, newStore(t, db.Pool), lease{"r", 1, "a"}, insertStock("inflight", 1), guard.WithKey("k"))
+	_, err = guard.Exec(ctx, newStore(t, db.Pool), guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insertStock("inflight", 1), guard.WithKey("k"))
 	if err != nil {
 		require.ErrorIs(t, err, guard.ErrAlreadyApplied)
 	}
@@ -303,7 +304,7 @@ func TestRunStepMapsProtectRefusal(t *testing.T) {
 	s := newStore(t, db.Pool)
 	ctx := testCtx(t)
 	require.NoError(t, s.Protect(ctx, "stock", pgfence.ForResource("stock:eu")))
-	err := s.Run(lease{"other", 1, "a"}, "run").Step(ctx, "1", insertStock("x", 1))
+	err := s.Run(guardtest.Lease{Resource: "other", Tok: 1, Who: "a"}, "run").Step(ctx, "1", insertStock("x", 1))
 	require.ErrorIs(t, err, guard.ErrNotClaimed)
 	checkInvariant(t, err, rowsBy(t, db.Pool, "x"))
 }

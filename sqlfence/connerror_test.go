@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
@@ -27,7 +28,7 @@ func TestConnRefusedMessages(t *testing.T) {
 			s := newStore(t, openDB(t, "pgx", r.URL))
 			msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[*sql.Tx, *sqlfence.Run](s), "sqlfence", r)
 
-			_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, *sql.Tx) error { return nil })
+			_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(context.Context, *sql.Tx) error { return nil })
 			var ce *pgconn.ConnectError
 			if !errors.As(err, &ce) {
 				t.Errorf("errors.As finds no *pgconn.ConnectError in %v", err)
@@ -56,14 +57,14 @@ func TestConnRefusedAfterPasswordChange(t *testing.T) {
 	db.SetMaxIdleConns(0) // every call connects
 	s := newStore(t, db)
 	noop := func(context.Context, *sql.Tx) error { return nil }
-	if _, err := guard.Exec(ctx, s, lease{"rotate", 1, "a"}, noop); err != nil {
+	if _, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "rotate", Tok: 1, Who: "a"}, noop); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tdb.Pool.Exec(ctx, "ALTER ROLE "+user+" PASSWORD 'new-password'"); err != nil {
 		t.Fatal(err)
 	}
 	r := msgtest.WrongPassword(tdb.Server.Addr, user, tdb.Name)
-	_, err = guard.Exec(ctx, s, lease{"rotate", 1, "a"}, noop)
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "rotate", Tok: 1, Who: "a"}, noop)
 	msgtest.CheckRefusal(t, "Exec", err, "sqlfence: begin: ", r)
 	msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[*sql.Tx, *sqlfence.Run](s), "sqlfence", r)
 }

@@ -74,17 +74,6 @@ func count(t testing.TB, db *sql.DB, q string, args ...any) int64 {
 	return n
 }
 
-// lease is a fixed lease: what a lock looks like to guard.
-type lease struct {
-	name   string
-	token  int64
-	holder string
-}
-
-func (l lease) Name() string   { return l.name }
-func (l lease) Token() int64   { return l.token }
-func (l lease) Holder() string { return l.holder }
-
 // insert returns an fn that writes one stock row as writer.
 func insert(writer string) func(ctx context.Context, tx *sql.Tx) error {
 	return func(ctx context.Context, tx *sql.Tx) error {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,7 +43,7 @@ func TestStoreObserver(t *testing.T) {
 	rec := &execRecorder{}
 	s := newStore(t, db, sqlfence.WithObserver(rec))
 
-	_, err := guard.Exec(ctx, s, lease{"r", 5, "h"}, insert("a"), guard.WithKey("k1"))
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 5, Who: "h"}, insert("a"), guard.WithKey("k1"))
 	require.NoError(t, err)
 	e := rec.last(t)
 	assert.Equal(t, guard.Committed, e.Outcome)
@@ -50,23 +51,23 @@ func TestStoreObserver(t *testing.T) {
 	assert.Equal(t, int64(5), e.Token)
 	assert.Equal(t, "k1", e.Key)
 
-	_, err = guard.Exec(ctx, s, lease{"r", 6, "h"}, insert("b"), guard.WithKey("k1"))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 6, Who: "h"}, insert("b"), guard.WithKey("k1"))
 	require.ErrorIs(t, err, guard.ErrAlreadyApplied)
 	e = rec.last(t)
 	assert.Equal(t, guard.Rejected, e.Outcome)
 	assert.Equal(t, guard.ReasonAlreadyApplied, e.Reason)
 
-	_, err = guard.Exec(ctx, s, lease{"r", 4, "old"}, insert("c"))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 4, Who: "old"}, insert("c"))
 	require.ErrorIs(t, err, guard.ErrStaleToken)
 	e = rec.last(t)
 	assert.Equal(t, guard.Rejected, e.Outcome)
 	assert.Equal(t, guard.ReasonStaleToken, e.Reason)
 
-	_, err = guard.Exec(ctx, s, lease{"r", 6, "h"}, func(context.Context, *sql.Tx) error { return errors.New("boom") })
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 6, Who: "h"}, func(context.Context, *sql.Tx) error { return errors.New("boom") })
 	require.Error(t, err)
 	assert.Equal(t, guard.Failed, rec.last(t).Outcome)
 
-	run := s.Run(lease{"run", 1, "h"}, "batch-1")
+	run := s.Run(guardtest.Lease{Resource: "run", Tok: 1, Who: "h"}, "batch-1")
 	require.NoError(t, run.Step(ctx, "1", insert("run")))
 	assert.Equal(t, guard.Committed, rec.last(t).Outcome, "a run's step reports to the store's observer")
 	require.NoError(t, run.Finish(ctx))
@@ -105,10 +106,10 @@ func TestStoreAdvanceObserver(t *testing.T) {
 	rec := &advanceRecorder{}
 	s := newStore(t, db, sqlfence.WithObserver(rec))
 
-	require.NoError(t, s.Advance(ctx, lease{"r", 5, "h"}))
-	require.ErrorIs(t, s.Advance(ctx, lease{"r", 4, "old"}), guard.ErrStaleToken)
-	require.ErrorIs(t, s.Advance(ctx, lease{"", 6, "h"}), guard.ErrInvalidLease)
-	require.ErrorIs(t, s.Advance(ctx, lease{strings.Repeat("x", guard.MaxResourceLen+1), 6, "h"}), guard.ErrInvalidInput)
+	require.NoError(t, s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 5, Who: "h"}))
+	require.ErrorIs(t, s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 4, Who: "old"}), guard.ErrStaleToken)
+	require.ErrorIs(t, s.Advance(ctx, guardtest.Lease{Resource: "", Tok: 6, Who: "h"}), guard.ErrInvalidLease)
+	require.ErrorIs(t, s.Advance(ctx, guardtest.Lease{Resource: strings.Repeat("x", guard.MaxResourceLen+1), Tok: 6, Who: "h"}), guard.ErrInvalidInput)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	require.Len(t, rec.evs, 2, "bad input is an error, not an event")

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,7 +24,7 @@ func TestOnCommit(t *testing.T) {
 	mustExec(t, db, "CREATE TABLE stock (sku text, writer text)")
 	mustExec(t, db, "CREATE TABLE queued (v text)")
 	s := newStore(t, db)
-	l := lease{"r", 1, "a"}
+	l := guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}
 	exec := func(queue ...string) error {
 		_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx *sql.Tx) error {
 			if err := insert("g")(ctx, tx); err != nil {

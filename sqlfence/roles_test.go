@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -40,12 +41,12 @@ func TestApplicationRole(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	s := newStore(t, db)
 
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, insert("a"), guard.WithKey("k"))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insert("a"), guard.WithKey("k"))
 	require.NoError(t, err)
-	require.NoError(t, s.Advance(ctx, lease{"r", 2, "b"}))
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, insert("a"))
+	require.NoError(t, s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 2, Who: "b"}))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insert("a"))
 	require.ErrorIs(t, err, guard.ErrStaleToken)
-	run := s.Run(lease{"r", 2, "b"}, "run")
+	run := s.Run(guardtest.Lease{Resource: "r", Tok: 2, Who: "b"}, "run")
 	require.NoError(t, run.Step(ctx, "10", insert("b")))
 	cursor, finished, err := run.Resume(ctx)
 	require.NoError(t, err)

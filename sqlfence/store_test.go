@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
@@ -89,7 +90,7 @@ func TestRoundTrips(t *testing.T) {
 		require.NoError(t, insert("p")(ctx, tx))
 		require.NoError(t, tx.Commit())
 	}
-	guarded := func(l lease, opts ...guard.Option) func() {
+	guarded := func(l guardtest.Lease, opts ...guard.Option) func() {
 		return func() {
 			_, err := guard.Exec(ctx, s, l, insert("g"), opts...)
 			require.NoError(t, err)
@@ -102,14 +103,14 @@ func TestRoundTrips(t *testing.T) {
 	}
 	// Warm up: pgx prepares and caches each statement on first use.
 	plain()
-	guarded(lease{"r", 1, "a"})()
-	guarded(lease{"r", 1, "a"}, guard.WithKey("warm"))()
+	guarded(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"})()
+	guarded(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, guard.WithKey("warm"))()
 
 	p := roundTrips(plain)
 	assert.EqualValues(t, 3, p, "plain: BEGIN, INSERT, COMMIT")
-	assert.Equal(t, p+2, roundTrips(guarded(lease{"r", 1, "a"})), "guarded: BEGIN, open, INSERT, close, COMMIT")
-	assert.Equal(t, p+2, roundTrips(guarded(lease{"r", 1, "a"}, guard.WithKey("k"))), "guarded with a key")
-	assert.Equal(t, p+3, roundTrips(guarded(lease{"r", 2, "b"})), "a new token: advance first")
+	assert.Equal(t, p+2, roundTrips(guarded(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"})), "guarded: BEGIN, open, INSERT, close, COMMIT")
+	assert.Equal(t, p+2, roundTrips(guarded(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, guard.WithKey("k"))), "guarded with a key")
+	assert.Equal(t, p+3, roundTrips(guarded(guardtest.Lease{Resource: "r", Tok: 2, Who: "b"})), "a new token: advance first")
 }
 
 // A connection lost while COMMIT is in flight: the server committed, the
@@ -122,7 +123,7 @@ func TestCommitInFlightUnknownOutcome(t *testing.T) {
 	db := wiredDB(t, tdb.URL, &w)
 	mustExec(t, db, "CREATE TABLE stock (sku text, writer text)")
 	s := newStore(t, db)
-	l := lease{"r", 1, "a"}
+	l := guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}
 	_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx *sql.Tx) error {
 		w.mu.Lock()
 		w.cutAfter = []byte("commit\x00")
@@ -170,12 +171,12 @@ func TestProtectedTable(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, pg.Protect(ctx, "stock"))
 	s := newStore(t, db)
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, insert("a"))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, insert("a"))
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, "INSERT INTO stock VALUES ('x', 'raw')")
 	assert.ErrorIs(t, sqlfence.MapError(err), guard.ErrNotClaimed)
 	// Overtaken after writing to the protected table: refused.
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx *sql.Tx) error {
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx *sql.Tx) error {
 		if err := insert("a")(ctx, tx); err != nil {
 			return err
 		}
@@ -183,7 +184,7 @@ func TestProtectedTable(t *testing.T) {
 		defer cancel()
 		// The trigger holds the fence row: a newer claim waits for this
 		// transaction, so it cannot commit in between.
-		_, err := guard.Exec(short, newStore(t, openDB(t, "pgx", tdb.URL)), lease{"r", 2, "b"}, insert("b"))
+		_, err := guard.Exec(short, newStore(t, openDB(t, "pgx", tdb.URL)), guardtest.Lease{Resource: "r", Tok: 2, Who: "b"}, insert("b"))
 		if err == nil {
 			return errors.New("a newer holder committed while the protected write was open")
 		}
@@ -201,7 +202,7 @@ func TestOptions(t *testing.T) {
 	ctx := testCtx(t)
 	s := newStore(t, db, sqlfence.WithLockTimeout(250*time.Millisecond), sqlfence.WithIdleTimeout(time.Minute))
 	var lockTimeout, idle string
-	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(ctx context.Context, tx *sql.Tx) error {
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, "SHOW lock_timeout").Scan(&lockTimeout); err != nil {
 			return err
 		}
@@ -228,9 +229,9 @@ func TestSchemaMissing(t *testing.T) {
 	db := openDB(t, "pgx", tdb.URL)
 	ctx := testCtx(t)
 	s := newStore(t, db)
-	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, *sql.Tx) error { return nil })
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(context.Context, *sql.Tx) error { return nil })
 	assert.ErrorIs(t, err, guard.ErrSchemaMissing)
-	assert.ErrorIs(t, s.Advance(ctx, lease{"r", 1, "a"}), guard.ErrSchemaMissing)
+	assert.ErrorIs(t, s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}), guard.ErrSchemaMissing)
 	_, err = s.Prune(ctx, time.Hour)
 	assert.ErrorIs(t, err, guard.ErrSchemaMissing)
 }
@@ -241,12 +242,12 @@ func TestPrune(t *testing.T) {
 	ctx := testCtx(t)
 	s := newStore(t, db)
 	noop := func(context.Context, *sql.Tx) error { return nil }
-	_, err := guard.Exec(ctx, s, lease{"r", 1, "a"}, noop, guard.WithKey("old"))
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, noop, guard.WithKey("old"))
 	require.NoError(t, err)
-	require.NoError(t, s.Run(lease{"r", 1, "a"}, "run").Finish(ctx))
+	require.NoError(t, s.Run(guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, "run").Finish(ctx))
 	mustExec(t, db, "UPDATE fencelock.applied SET applied_at = now() - interval '2 hours'")
 	mustExec(t, db, "UPDATE fencelock.runs SET finished_at = now() - interval '2 hours'")
-	_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, noop, guard.WithKey("new"))
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, noop, guard.WithKey("new"))
 	require.NoError(t, err)
 	n, err := s.Prune(ctx, time.Hour)
 	require.NoError(t, err)

@@ -136,17 +136,6 @@ func newDB(t testing.TB) *testenv.DB {
 	return db
 }
 
-// lease is a fixed lease: what a lock looks like to guard.
-type lease struct {
-	name   string
-	token  int64
-	holder string
-}
-
-func (l lease) Name() string   { return l.name }
-func (l lease) Token() int64   { return l.token }
-func (l lease) Holder() string { return l.holder }
-
 // record records effects in a guarded transaction of l on db.
 func record(t testing.TB, db *testenv.DB, l guard.Lease, effects ...outbox.Effect) {
 	t.Helper()

@@ -2,6 +2,7 @@ package natsoutbox_test
 
 import (
 	"context"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ func TestServerRestart(t *testing.T) {
 	relay := startRelay(t, db, flaky)
 	s := stream(t, js, relay.MaxRedeliveryDelay())
 
-	l := lease{"stock-sync:eu", 11, "worker-a"}
+	l := guardtest.Lease{Resource: "stock-sync:eu", Tok: 11, Who: "worker-a"}
 	record(t, db, l, outbox.Effect{Destination: "nats://stock.eu", Key: "before", Payload: []byte("stored, ack lost")})
 	select {
 	case <-stopped:

@@ -3,6 +3,7 @@ package natsoutbox_test
 import (
 	"context"
 	"errors"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"net/http"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ func TestDeliveryHeaders(t *testing.T) {
 	relay := startRelay(t, db, sender)
 	s := stream(t, js, relay.MaxRedeliveryDelay())
 
-	record(t, db, lease{"stock-sync:eu", 42, "worker-a"}, outbox.Effect{
+	record(t, db, guardtest.Lease{Resource: "stock-sync:eu", Tok: 42, Who: "worker-a"}, outbox.Effect{
 		Destination: "nats://stock.eu", Key: "stock-sync:eu:batch-7", Payload: []byte(`{"sku-1": 5}`),
 		Header: http.Header{"Content-Type": {"application/json"}, "X-Batch": {"7", "of 9"}},
 	})
@@ -94,7 +95,7 @@ func TestSentTwiceStoredOnce(t *testing.T) {
 	relay := startRelay(t, db, flaky)
 	s := stream(t, js, relay.MaxRedeliveryDelay())
 
-	record(t, db, lease{"stock-sync:eu", 7, "worker-a"},
+	record(t, db, guardtest.Lease{Resource: "stock-sync:eu", Tok: 7, Who: "worker-a"},
 		outbox.Effect{Destination: "nats://stock.eu", Key: "batch-1", Payload: []byte("one")},
 		outbox.Effect{Destination: "nats://stock.us", Key: "batch-2", Payload: []byte("two")})
 	drained(t, db)
@@ -157,7 +158,7 @@ func TestTerminalDeadRows(t *testing.T) {
 	effects = append(effects, outbox.Effect{Destination: "nats://slow.eu", Key: "slow"})
 	sender, err := natsoutbox.NewSender(js)
 	require.NoError(t, err)
-	record(t, db, lease{"stock-sync:eu", 9, "worker-a"}, effects...)
+	record(t, db, guardtest.Lease{Resource: "stock-sync:eu", Tok: 9, Who: "worker-a"}, effects...)
 	startRelay(t, db, sender, outbox.WithSendTimeout(300*time.Millisecond), outbox.WithVisibilityTimeout(1300*time.Millisecond))
 
 	var dead []outbox.Row
@@ -242,10 +243,10 @@ func TestSameKeyTwoResources(t *testing.T) {
 	relay := startRelay(t, db, sender)
 	s := stream(t, js, relay.MaxRedeliveryDelay())
 
-	record(t, db, lease{"stock-sync:eu", 3, "worker-a"},
+	record(t, db, guardtest.Lease{Resource: "stock-sync:eu", Tok: 3, Who: "worker-a"},
 		outbox.Effect{Destination: "nats://stock.eu", Key: "batch-7", Payload: []byte("eu")})
 	drained(t, db)
-	record(t, db, lease{"stock-sync:us", 3, "worker-b"},
+	record(t, db, guardtest.Lease{Resource: "stock-sync:us", Tok: 3, Who: "worker-b"},
 		outbox.Effect{Destination: "nats://stock.us", Key: "batch-7", Payload: []byte("us")})
 	drained(t, db)
 
@@ -282,11 +283,11 @@ func TestMsgIDIdentity(t *testing.T) {
 	relay := startRelay(t, db, sender)
 	s := stream(t, js, relay.MaxRedeliveryDelay())
 
-	record(t, db, lease{"stock-sync:eu", 3, "worker-a"},
+	record(t, db, guardtest.Lease{Resource: "stock-sync:eu", Tok: 3, Who: "worker-a"},
 		outbox.Effect{Destination: "nats://stock.eu", Key: "batch-7", Payload: []byte("levels")},
 		outbox.Effect{Destination: "nats://stock.audit", Key: "batch-7", Payload: []byte("audit")})
 	drained(t, db)
-	record(t, db, lease{"stock-sync:eu", 4, "worker-b"},
+	record(t, db, guardtest.Lease{Resource: "stock-sync:eu", Tok: 4, Who: "worker-b"},
 		outbox.Effect{Destination: "nats://stock.eu", Key: "batch-7", Payload: []byte("again")})
 	drained(t, db)
 

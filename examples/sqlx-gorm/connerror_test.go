@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
@@ -31,7 +32,7 @@ func TestConnRefusedMessagesLibPQ(t *testing.T) {
 			}
 			msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[*sql.Tx, *sqlfence.Run](s), "sqlfence", r)
 
-			_, err = guard.Exec(ctx, s, lease{"r", 1, "a"}, func(context.Context, *sql.Tx) error { return nil })
+			_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(context.Context, *sql.Tx) error { return nil })
 			var pqErr *pq.Error
 			if got := errors.As(err, &pqErr); got != (r.Code != "") || got && string(pqErr.Code) != r.Code {
 				t.Errorf("errors.As(*pq.Error) = %v (%v), want SQLSTATE %q", got, pqErr, r.Code)

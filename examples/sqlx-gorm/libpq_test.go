@@ -52,7 +52,7 @@ func TestStaleThroughLibPQ(t *testing.T) {
 
 	s, err := sqlfence.New(db)
 	require.NoError(t, err)
-	_, err = guard.Exec(ctx, s, lease{"r", 4, "a"}, func(context.Context, *sql.Tx) error { return nil })
+	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 4, Who: "a"}, func(context.Context, *sql.Tx) error { return nil })
 	assert.ErrorIs(t, err, guard.ErrStaleToken)
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, guard.StaleTokenError{Resource: "r", Token: 4, Current: 5}, *se)

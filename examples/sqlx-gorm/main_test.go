@@ -43,15 +43,3 @@ func openDB(t testing.TB, driver, url string) *sql.DB {
 	t.Cleanup(func() { _ = db.Close() })
 	return db
 }
-
-// lease is a fixed lease: what a lock looks like to guard, and what a
-// paused holder still believes it has.
-type lease struct {
-	name   string
-	token  int64
-	holder string
-}
-
-func (l lease) Name() string   { return l.name }
-func (l lease) Token() int64   { return l.token }
-func (l lease) Holder() string { return l.holder }

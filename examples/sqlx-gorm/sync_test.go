@@ -7,6 +7,7 @@ import (
 
 	inventory "github.com/fencelock/fencelock/examples/sqlx-gorm"
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,7 +55,7 @@ func TestWorkers(t *testing.T) {
 			a, b := tc.new(t, url, "a"), tc.new(t, url, "b")
 			batch1 := inventory.Batch{ID: "batch-1", Rows: []inventory.Row{{SKU: "A-1", Qty: 5}, {SKU: "A-2", Qty: 7}, {SKU: "B-9", Qty: 1}}}
 			batch2 := inventory.Batch{ID: "batch-2", Rows: []inventory.Row{{SKU: "A-1", Qty: 4}}}
-			la, lb := lease{"stock:eu", 1, "a"}, lease{"stock:eu", 2, "b"}
+			la, lb := guardtest.Lease{Resource: "stock:eu", Tok: 1, Who: "a"}, guardtest.Lease{Resource: "stock:eu", Tok: 2, Who: "b"}
 
 			// A batch is written once.
 			require.NoError(t, a.Sync(ctx, la, batch1))

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/testenv"
 )
 
@@ -168,7 +169,7 @@ func CheckRefusal(t testing.TB, what string, err error, prefix string, r Refusal
 // ("pgfence"), after which each message names the step that connected.
 func WalkRefused[Tx any](t *testing.T, ctx context.Context, tg Target[Tx], store string, r Refusal) {
 	t.Helper()
-	l := lease{"msg-refused", 1, "a"}
+	l := guardtest.Lease{Resource: "msg-refused", Tok: 1, Who: "a"}
 	noop := func(context.Context, Tx) error { return nil }
 	_, err := guard.Exec(ctx, tg.Store, l, noop)
 	CheckRefusal(t, "Exec", err, store+": begin: ", r)

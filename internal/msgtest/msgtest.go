@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 )
 
 // Layers are the package prefixes a fencelock message may carry, each at
@@ -92,7 +93,7 @@ func Walk[Tx any](t *testing.T, ctx context.Context, locks *fence.Client, tg Tar
 	}, fence.WithFixedLease(fence.MinLease))
 	Check(t, "lost in fence's Do", err, guard.ErrLeaseLost, lost)
 
-	a, b := lease{"msg-stale", 5, "a"}, lease{"msg-stale", 4, "b"}
+	a, b := guardtest.Lease{Resource: "msg-stale", Tok: 5, Who: "a"}, guardtest.Lease{Resource: "msg-stale", Tok: 4, Who: "b"}
 	if _, err := guard.Exec(ctx, tg.Store, a, tg.Write); err != nil {
 		t.Fatal(err)
 	}
@@ -107,23 +108,13 @@ func Walk[Tx any](t *testing.T, ctx context.Context, locks *fence.Client, tg Tar
 
 	_, err = guard.Exec(ctx, tg.Store, a, tg.Write, guard.WithKey(strings.Repeat("k", guard.MaxKeyLen+1)))
 	Check(t, "oversized key", err, guard.ErrInvalidInput, "at most 1024")
-	_, err = guard.Exec(ctx, tg.Store, lease{"msg-stale", 5, "a\xff"}, tg.Write)
+	_, err = guard.Exec(ctx, tg.Store, guardtest.Lease{Resource: "msg-stale", Tok: 5, Who: "a\xff"}, tg.Write)
 	Check(t, "invalid UTF-8", err, guard.ErrInvalidInput, "not valid UTF-8")
 	Check(t, "empty run key", tg.Step(ctx, a, "", "1"), guard.ErrInvalidInput, "empty run key")
 	_, err = tg.Prune(ctx, -1)
 	Check(t, "negative prune age", err, guard.ErrInvalidInput, "negative age")
 	Check(t, "bad option", tg.BadOption(), guard.ErrInvalidOption, "at least 1ms")
 }
-
-type lease struct {
-	name  string
-	token int64
-	who   string
-}
-
-func (l lease) Name() string   { return l.name }
-func (l lease) Token() int64   { return l.token }
-func (l lease) Holder() string { return l.who }
 
 // Runs are the calls a store's resumable run has (pgfence.Run,
 // sqlfence.Run).
