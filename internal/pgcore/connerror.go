@@ -106,8 +106,7 @@ func ConnError(prefix, op string, err error) error {
 			msg += ": " + fix
 		}
 	} else if errors.As(err, &opErr) {
-		msg = fmt.Sprintf("%s: %s: cannot reach %s: %s: %s", prefix, op, where, opErr.Error(),
-			"check the host and port in the connection URL (or PGHOST, PGPORT), and that Postgres runs there and accepts TCP connections from this host")
+		msg = fmt.Sprintf("%s: %s: cannot reach %s: %s: %s", prefix, op, where, opErr.Error(), unreachableFix(opErr))
 	} else {
 		cause := err
 		if ce != nil {
@@ -116,6 +115,17 @@ func ConnError(prefix, op string, err error) error {
 		msg = fmt.Sprintf("%s: %s: cannot connect to %s: %s", prefix, op, where, oneline.Fold(cause.Error()))
 	}
 	return &connectError{msg: msg, err: err}
+}
+
+// unreachableFix is what to check when the dial opErr failed: the
+// socket's directory and port, and a server on this host, for a Unix
+// socket; the host and port, and a server accepting TCP from this host,
+// otherwise.
+func unreachableFix(opErr *net.OpError) string {
+	if opErr.Net == "unix" {
+		return "check the socket directory and port in the connection URL (host=, port=, or PGHOST, PGPORT), and that Postgres runs on this host with its socket in that directory (unix_socket_directories)"
+	}
+	return "check the host and port in the connection URL (or PGHOST, PGPORT), and that Postgres runs there and accepts TCP connections from this host"
 }
 
 // refusal reports whether err, which is not a *pgconn.ConnectError, is a

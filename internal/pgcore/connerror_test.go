@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -115,6 +117,24 @@ func TestConnErrorServerShuttingDown(t *testing.T) {
 	checkConn(t, refused, "the database system is shutting down", "57P03",
 		fmt.Sprintf("Postgres at %s as user %q, database %q", pg.Addr, "postgres", "postgres"),
 		"retry once the server accepts connections again, or connect to one that does")
+}
+
+// A Unix socket where nothing listens (a directory without the server's
+// socket): the message names the socket's path and the user and database,
+// the dial's error, and a fix about the socket's directory and a server on
+// this host, not about TCP.
+func TestConnErrorUnixSocket(t *testing.T) {
+	dir := t.TempDir()
+	err := connect(t, "postgres://app@/shop?host="+url.QueryEscape(dir)+"&port=5499&sslmode=disable")
+	got := pgcore.ConnError("store", "op", err)
+	msg := got.Error()
+	t.Log(msg)
+	sock := filepath.Join(dir, ".s.PGSQL.5499")
+	assert.True(t, strings.HasPrefix(msg, `store: op: cannot reach Postgres at `+sock+` as user "app", database "shop": dial unix `+sock+": "), msg)
+	assert.True(t, strings.HasSuffix(msg, ": check the socket directory and port in the connection URL (host=, port=, or PGHOST, PGPORT), and that Postgres runs on this host with its socket in that directory (unix_socket_directories)"), msg)
+	assert.NotContains(t, msg, "TCP")
+	assert.NotContains(t, msg, "\n")
+	assert.ErrorIs(t, got, syscall.ENOENT)
 }
 
 // An error that is not a failed connection comes back as it is, and so
