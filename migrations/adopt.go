@@ -247,5 +247,9 @@ func notOwner(ctx context.Context, conn *sql.Conn, sources []*goose.Source) (don
 	if s.Version.Int64 >= last {
 		return true, nil
 	}
-	return false, &NotOwnerError{Role: s.User, Owner: owner, Version: s.Version.Int64, Last: last, Fix: s.Fix(nil)}
+	// The fix names where this connection goes when the driver says (pgx),
+	// else the server's view of the session.
+	var where *pgcore.Target
+	_ = conn.Raw(func(dc any) error { where = pgcore.DriverTarget(dc); return nil })
+	return false, &NotOwnerError{Role: s.User, Owner: owner, Version: s.Version.Int64, Last: last, Fix: s.Fix(where)}
 }

@@ -2,8 +2,10 @@ package migrations_test
 
 import (
 	"errors"
+	neturl "net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fencelock/fencelock/migrations"
@@ -16,8 +18,9 @@ import (
 // EXECUTE only, no privilege on the version table, not the schema's
 // owner): with the schema current, Up does nothing and succeeds; with a
 // migration pending, Up changes nothing and fails with one error naming
-// the role, the versions and the owner, whose fix as written migrates the
-// database.
+// the role, the versions and the owner (once), whose fix, the URL the
+// application connects with (pgx's driver shows it) as the owner,
+// migrates the database as written.
 func TestUpAsApplicationRole(t *testing.T) {
 	tdb := testenv.NewDB(t)
 	owner := openDB(t, tdb.URL)
@@ -48,8 +51,13 @@ func TestUpAsApplicationRole(t *testing.T) {
 	assert.Regexp(t, `^migrations: up: role "`+regexp.QuoteMeta(role[1:len(role)-1])+`" cannot migrate schema fencelock \(version `+strconv.FormatInt(last-1, 10)+` of `+strconv.FormatInt(last, 10)+` installed\): only its owner, role "postgres", may: `, msg)
 	assert.Equal(t, allVersions(t)[:last-1], recorded(t, owner), "nothing applied")
 
-	m := regexp.MustCompile(`fencectl migrate up --db '([^']+)'`).FindStringSubmatch(msg)
+	assert.Equal(t, 1, strings.Count(msg, `"postgres"`), "the owner is named once: %s", msg)
+	m := regexp.MustCompile(`: run migrations.Up\(ctx, db\) on a connection as the owner, or: fencectl migrate up --db '([^']+)' \(with the owner's password in place of xxxxx\)$`).FindStringSubmatch(msg)
 	require.Len(t, m, 2, msg)
+	fixURL, err := neturl.Parse(m[1])
+	require.NoError(t, err)
+	assert.Equal(t, "postgres", fixURL.User.Username(), "the owner migrates")
+	assert.Equal(t, tdb.Server.Addr, fixURL.Host, "where the application's connection goes, as pgx's driver says")
 	require.NoError(t, migrations.Up(ctx, openDB(t, m[1])), "the fix: %s", m[1])
 	assert.Equal(t, allVersions(t), recorded(t, owner))
 	require.NoError(t, migrations.Up(ctx, app))

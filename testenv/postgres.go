@@ -27,6 +27,9 @@ const EnvDatabaseURL = "FENCE_TEST_DATABASE_URL"
 type Postgres struct {
 	// Addr is host:port of the server.
 	Addr string
+	// SocketDir is the directory of the server's Unix socket, for the
+	// same port; "" for an external server.
+	SocketDir string
 
 	external bool
 	adminURL string // URL of the maintenance database
@@ -99,7 +102,7 @@ func StartPostgres() (*Postgres, error) {
 			return nil, fmt.Errorf("testenv: chown %s to postgres: %w", dir, err)
 		}
 	}
-	pg := &Postgres{bin: bin, dir: dir, cred: cred}
+	pg := &Postgres{bin: bin, dir: dir, cred: cred, SocketDir: dir}
 	data := filepath.Join(dir, "data")
 	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
 		"--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C")
@@ -140,7 +143,7 @@ func (pg *Postgres) start() error {
 	defer logf.Close()
 	cmd := exec.Command(filepath.Join(pg.bin, "postgres"),
 		"-D", filepath.Join(pg.dir, "data"), "-p", strconv.Itoa(pg.port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+pg.dir,
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=300", "-c", "shared_buffers=32MB")
 	cmd.Dir = pg.dir

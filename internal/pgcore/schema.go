@@ -41,11 +41,17 @@ const SchemaVersionSQL = "(SELECT pg_catalog.substring(p.prosrc, 'SELECT[[:space
 // needed, no error when anything is missing): whether schema fencelock
 // exists; its version (SchemaVersionSQL); the session's role, the
 // schema's owner and whether the role has the owner's rights; the
-// database, and the server's address and port (NULL over a Unix socket).
+// database; the server's address (NULL over a Unix socket) and port; and
+// its socket directories (unix_socket_directories, read through
+// pg_settings, which hides it from a role that is neither a superuser
+// nor a member of pg_read_all_settings: NULL then, where current_setting
+// would fail).
 const SchemaSQL = "SELECT n.oid IS NOT NULL, " + SchemaVersionSQL + "," +
 	" CURRENT_USER::pg_catalog.text, pg_catalog.pg_get_userbyid(n.nspowner)::pg_catalog.text," +
 	" pg_catalog.pg_has_role(n.nspowner, 'USAGE'), pg_catalog.current_database()::pg_catalog.text," +
-	" pg_catalog.host(pg_catalog.inet_server_addr()), pg_catalog.inet_server_port()" +
+	" pg_catalog.host(pg_catalog.inet_server_addr())," +
+	" COALESCE(pg_catalog.inet_server_port(), pg_catalog.current_setting('port')::pg_catalog.int4)," +
+	" (SELECT s.setting FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'unix_socket_directories')" +
 	" FROM (SELECT) one LEFT JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) 'fencelock'"
 
 // Schema is what SchemaSQL reads.
@@ -56,13 +62,16 @@ type Schema struct {
 	Owner    sql.NullString
 	IsOwner  sql.NullBool
 	Database string
-	Addr     sql.NullString
+	Addr     sql.NullString // invalid over a Unix socket
 	Port     sql.NullInt64
+	// SocketDirs is unix_socket_directories; invalid when the role may
+	// not read it.
+	SocketDirs sql.NullString
 }
 
 // Dest are the scan destinations of SchemaSQL's columns.
 func (s *Schema) Dest() []any {
-	return []any{&s.Exists, &s.Version, &s.User, &s.Owner, &s.IsOwner, &s.Database, &s.Addr, &s.Port}
+	return []any{&s.Exists, &s.Version, &s.User, &s.Owner, &s.IsOwner, &s.Database, &s.Addr, &s.Port, &s.SocketDirs}
 }
 
 // Target is where a Store's connections go, for a command to paste: the
@@ -96,6 +105,16 @@ func PgxTarget(db any) *Target {
 	}
 	return &Target{Host: cfg.Host, Port: cfg.Port, User: cfg.User, Database: cfg.Database,
 		Password: cfg.Password != "", NoTLS: cfg.TLSConfig == nil}
+}
+
+// DriverTarget is where a database/sql driver connection (what
+// sql.Conn.Raw gives) goes, from its configuration when the driver shows
+// it (pgx's stdlib: a *stdlib.Conn); nil for any other driver (lib/pq).
+func DriverTarget(driverConn any) *Target {
+	if c, ok := driverConn.(interface{ Conn() *pgx.Conn }); ok {
+		return PgxTarget(c.Conn())
+	}
+	return nil
 }
 
 // schemaChecked is set once a Store has found the schema it needs.
@@ -160,30 +179,91 @@ func (s Schema) OtherOwner() (string, bool) {
 }
 
 // Fix is the command that migrates the database: migrations.Up, or
-// fencectl with the URL of t (nil: the server's view of the session), as
-// the schema's owner when the session's role does not have its rights.
+// fencectl with the URL of t, as the schema's owner (whom the caller's
+// message names) when the session's role does not have its rights. With
+// t nil the URL is the server's view of the session (sqlfence, whose
+// database/sql handle does not show where it connects): the server's own
+// address, which is the one the client dialled unless a pooler, NAT, a
+// mapped port or a mounted socket directory stands between them (the fix
+// says so), or, over a Unix socket whose directory the role may not
+// read, a placeholder for the URL: never an address the server did not
+// give.
 func (s Schema) Fix(t *Target) string {
-	var where Target
+	where, seen := s.serverTarget(), true
 	if t != nil {
-		where = *t
-	} else {
-		where = Target{Host: s.Addr.String, Port: uint16(s.Port.Int64), User: s.User, Database: s.Database, Password: true}
+		where, seen = *t, false
 	}
-	up, whose := "run migrations.Up(ctx, db) at start-up", ""
+	up, pw, as := "run migrations.Up(ctx, db) at start-up", "the password", fmt.Sprintf("role %q", where.User)
 	if owner, ok := s.OtherOwner(); ok {
 		where.User, where.Password = owner, true
-		up = fmt.Sprintf("run migrations.Up(ctx, db) on a connection as %q", owner)
-		whose = fmt.Sprintf(" of %q", owner)
+		up, pw, as = "run migrations.Up(ctx, db) on a connection as the owner", "the owner's password", "the owner"
 	}
 	if where.Host == "" {
-		return fmt.Sprintf("%s, or: fencectl migrate up --db \"$DATABASE_URL\" (the URL of database %q as role %q)", up, where.Database, where.User)
+		return fmt.Sprintf("%s, or: fencectl migrate up --db '<the URL of database %q as %s>'", up, where.Database, as)
 	}
 	u, masked := where.url()
 	cmd := fmt.Sprintf("%s, or: fencectl migrate up --db '%s'", up, u)
+	var notes []string
 	if masked {
-		cmd += fmt.Sprintf(" (with the password%s in place of %s)", whose, passwordMask)
+		notes = append(notes, "with "+pw+" in place of "+passwordMask)
+	}
+	if seen {
+		notes = append(notes, "the address is the server's own, as Postgres sees it: use the URL you connect with if it differs")
+	}
+	if len(notes) > 0 {
+		cmd += " (" + strings.Join(notes, "; ") + ")"
 	}
 	return cmd
+}
+
+// serverTarget is where the session is connected as the server sees it:
+// its address, or its first socket directory; no host when neither is
+// known. A password is assumed.
+func (s Schema) serverTarget() Target {
+	t := Target{Port: uint16(s.Port.Int64), User: s.User, Database: s.Database, Password: true}
+	switch {
+	case s.Addr.Valid:
+		t.Host = s.Addr.String
+	case s.SocketDirs.Valid:
+		t.Host = firstSocketDir(s.SocketDirs.String)
+	}
+	return t
+}
+
+// firstSocketDir is the first directory of a unix_socket_directories
+// value (a comma-separated list whose entries may be double-quoted, ""
+// standing for a quote), or "" when it names none. Entries that are not
+// absolute paths (an abstract socket's @name) are skipped: a client
+// could not dial them as a host.
+func firstSocketDir(list string) string {
+	for rest := list; rest != ""; {
+		var dir string
+		rest = strings.TrimLeft(rest, " \t")
+		if strings.HasPrefix(rest, `"`) {
+			var b strings.Builder
+			i := 1
+			for ; i < len(rest); i++ {
+				if rest[i] == '"' {
+					if i+1 < len(rest) && rest[i+1] == '"' {
+						b.WriteByte('"')
+						i++
+						continue
+					}
+					break
+				}
+				b.WriteByte(rest[i])
+			}
+			dir, rest = b.String(), rest[min(i+1, len(rest)):]
+			_, rest, _ = strings.Cut(rest, ",")
+		} else {
+			dir, rest, _ = strings.Cut(rest, ",")
+			dir = strings.TrimRight(dir, " \t")
+		}
+		if strings.HasPrefix(dir, "/") {
+			return dir
+		}
+	}
+	return ""
 }
 
 // passwordMask stands for a password in a URL, as fencectl writes it.
