@@ -54,8 +54,25 @@
 // repeats each changed function whole (CREATE OR REPLACE), and whose Down
 // restores what it replaced; every migration redefines
 // fencelock.schema_version() to its own version (STABLE), and its Down
-// restores the previous one. The tests pin each released file's SHA-256
-// and check that every Down gives back the catalog its Up found.
+// restores the previous one. It defines it with a string body,
+//
+//	CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint
+//	  LANGUAGE sql STABLE AS $$ SELECT <n>::bigint $$;
+//
+// never a BEGIN ATOMIC body: the stores and Up read the version from the
+// function's source in the catalog (pg_proc.prosrc), which needs no
+// EXECUTE grant, and a BEGIN ATOMIC function's prosrc is empty: the
+// schema would read as having no version and the stores would refuse it.
+// The tests pin each released file's SHA-256, check at every version
+// that the version read from the catalog is the one the function
+// returns, and that every Down gives back the catalog its Up found.
+//
+// 00004's header says that a later migration's Down restores what it
+// replaced. 00004's own Down restores only schema_version(): on a
+// database that came from 88937a5's files it leaves the function bodies
+// and grants 00004 installed, the state that the files 1 to 3 define
+// now, not the row-lock functions that database had before. (00004 is
+// released and pinned, so this is said here rather than in the file.)
 //
 // The functions that callers use are SECURITY DEFINER and not executable
 // by PUBLIC: an application role needs USAGE on the schema and EXECUTE on
