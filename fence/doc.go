@@ -247,6 +247,9 @@
 // until its context or wait limit ends the wait, and without that line a
 // wait would read as a held lock. A subscription that failed with the
 // outage is part of it, not reported apart; it is made once Redis answers.
+// A pub/sub connection that alone fails (killed, its redials refused)
+// while the waiter's calls are answered is a subscription matter: "cannot
+// subscribe to lock notifications", with its error.
 //
 // On a cluster, fence sends every call as a pipeline, which go-redis
 // routes by the key's slot alone. go-redis's single-command path first

@@ -610,8 +610,21 @@ func (n *notifier) fail(nd *psNode, err error) {
 	n.c.wd.beatSoon(missed...)
 }
 
+// heal records that nd's connection works again (a message arrived, or a
+// PING was sent on a redialled connection): its failure is over, and so
+// is the connection error its unconfirmed channels recorded, which would
+// otherwise pass for the state of a subscription still waiting for its
+// confirmation. A refusal (NOPERM, MOVED) stays: the connection's health
+// does not answer it. fail records connection errors only with nd broken.
 func (n *notifier) heal(nd *psNode) {
 	n.mu.Lock()
+	if nd.broken {
+		for _, pc := range n.chans {
+			if pc.node == nd && connectionError(pc.err) {
+				pc.err = nil
+			}
+		}
+	}
 	nd.broken, nd.err = false, nil
 	n.mu.Unlock()
 }

@@ -386,17 +386,16 @@ func (w *waiter) leaveCall() scriptCall {
 
 // subscribeFailed notes that the waiter has no subscription: it waits on
 // its heartbeats (and the first waiter's polls at expiry) meanwhile, and
-// says so once per client. A subscription that failed because Redis is
-// unreachable is the outage, not a pub/sub matter: that is what is said
-// (once per client), and the subscription follows when Redis is back.
+// says so once per client. When the waiter's own calls cannot reach Redis
+// either, the subscription failed with the outage: that is what is said
+// (once per client, with the calls' error), and the subscription follows
+// when Redis is back. A pub/sub connection that alone cannot reach its
+// node (killed, its redials refused) while the calls are answered is a
+// subscription matter, as a refused SUBSCRIBE is.
 func (w *waiter) subscribeFailed(err error) {
-	if errors.Is(err, errUnconfirmed) || errors.Is(err, errNodeDown) {
-		if last := w.lastTransient(); connectionError(last) {
-			err = last // nothing heard from the node; the waiter's own calls failed
-		}
-	}
-	if connectionError(err) || errors.Is(err, errNodeDown) {
-		w.c.warnOutage(w.name, err)
+	if last := w.lastTransient(); connectionError(last) &&
+		(connectionError(err) || errors.Is(err, errUnconfirmed) || errors.Is(err, errNodeDown)) {
+		w.c.warnOutage(w.name, last)
 		return
 	}
 	w.c.checks.subscribeWarned.Do(func() {
