@@ -56,7 +56,7 @@ func TestHarnessQuick(t *testing.T) {
 		{issueFair, "Redis CPU per contended acquisition ≤ 1.3 × today"},
 		{issueFair, "Redis CPU per uncontended acquire+release (4 names) ≤ today"},
 		{issueFair, "queued waiters: ≤ 200 B of Redis memory per waiter"},
-		{issueFair, "queued waiters: a release ≤ 50 µs in SLOWLOG"},
+		{issueFair, "queued waiters: median release ≤ 50 µs in SLOWLOG"},
 		{issueFair, "5 waiters SIGKILLed at the head (liveness 500ms): the next live waiter holds within 4 s in total"},
 		{issueOutbox, "commit → Sender called, in-process wake-up: p50 ≤ 1 ms"},
 		{issueOutbox, "commit → Sender called, in-process wake-up: p99 ≤ 5 ms"},

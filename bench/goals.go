@@ -156,7 +156,7 @@ func fairLockGoals(r *results, ratio func(scn, key string) float64, med func(scn
 		if f := s.get("fence", "release_slowlog_us"); f != nil {
 			note = fmt.Sprintf("median of %d handovers; the longest %s µs", len(f.Reps), fmtNum(maxOf(f)))
 		}
-		r.addGoal("queue", fmt.Sprintf("%d queued waiters: a release ≤ 50 µs in SLOWLOG", c.QueueWaiters), med("queue", "fence", "release_slowlog_us"), 50, true, note)
+		r.addGoal("queue", fmt.Sprintf("%d queued waiters: median release ≤ 50 µs in SLOWLOG", c.QueueWaiters), med("queue", "fence", "release_slowlog_us"), 50, true, note)
 	}
 	if s, ok := r.Scenarios["headkill"]; ok {
 		r.addGoal("headkill", fmt.Sprintf("5 waiters SIGKILLed at the head (liveness %v): the next live waiter holds within 4 s in total (the longest repetition)", c.HeadLiveness), maxOf(s.get("fence", "next_holder_s")), 4, true, "from the kill")

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -290,17 +289,15 @@ func waitForEOF(in *bufio.Scanner) {
 	}
 }
 
-var errStdinClosed = errors.New("stdin closed")
-
-// nextCommand reads the parent's next line.
-func nextCommand(in *bufio.Scanner) (string, error) {
-	if !in.Scan() {
-		if err := in.Err(); err != nil {
-			return "", err
+// serveCommands hands each of the parent's lines to handle, in order,
+// until the parent closes stdin (nil) or handle or the read fails.
+func serveCommands(in *bufio.Scanner, handle func(cmd string) error) error {
+	for in.Scan() {
+		if err := handle(in.Text()); err != nil {
+			return err
 		}
-		return "", errStdinClosed
 	}
-	return in.Text(), nil
+	return in.Err()
 }
 
 // parseInts parses space-separated integers.

@@ -179,14 +179,7 @@ func contenderRole(r role, in *bufio.Scanner, out *lineWriter) error {
 	defer l.Close()
 	out.say("ready")
 	var ids atomic.Int64
-	for {
-		cmd, err := nextCommand(in)
-		if errors.Is(err, errStdinClosed) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return serveCommands(in, func(cmd string) error {
 		rest, ok := strings.CutPrefix(cmd, "go ")
 		t, err := parseInts(rest)
 		if !ok || err != nil || len(t) != 2 {
@@ -203,10 +196,8 @@ func contenderRole(r role, in *bufio.Scanner, out *lineWriter) error {
 		fmt.Fprintf(out.w, "end %d\n", len(calls))
 		err = out.w.Flush()
 		out.mu.Unlock()
-		if err != nil {
-			return err
-		}
-	}
+		return err
+	})
 }
 
 // contend runs r.Goroutines goroutines on the name from start until stop.

@@ -456,32 +456,24 @@ func waiterRole(r role, in *bufio.Scanner, out *lineWriter) error {
 	}
 	defer l.Close()
 	out.say("ready")
-	for {
-		cmd, err := nextCommand(in)
-		if errors.Is(err, errStdinClosed) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return serveCommands(in, func(cmd string) error {
 		if cmd != "acquire" {
 			return fmt.Errorf("unknown command %q", cmd)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
 		h, err := l.Acquire(ctx, r.Name)
 		t1 := time.Now().UnixNano()
 		if err != nil {
-			cancel()
 			return fmt.Errorf("acquire: %w", err)
 		}
 		out.say("acquired %d", t1)
-		err = h.Release(ctx)
-		cancel()
-		if err != nil {
+		if err := h.Release(ctx); err != nil {
 			return fmt.Errorf("release: %w", err)
 		}
 		out.say("released")
-	}
+		return nil
+	})
 }
 
 // etcdWatchProbe times a bare etcd watch across processes: this process
@@ -533,14 +525,7 @@ func etcdWatchRole(r role, in *bufio.Scanner, out *lineWriter) error {
 	}
 	defer cli.Close()
 	out.say("ready")
-	for {
-		cmd, err := nextCommand(in)
-		if errors.Is(err, errStdinClosed) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return serveCommands(in, func(cmd string) error {
 		from, ok := strings.CutPrefix(cmd, "watch ")
 		if !ok {
 			return fmt.Errorf("unknown command %q", cmd)
@@ -550,7 +535,8 @@ func etcdWatchRole(r role, in *bufio.Scanner, out *lineWriter) error {
 			return err
 		}
 		out.say("deleted %d", t1)
-	}
+		return nil
+	})
 }
 
 func watchDelete(cli *clientv3.Client, key string, next bool, out *lineWriter) (int64, error) {
