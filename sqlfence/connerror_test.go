@@ -21,24 +21,16 @@ import (
 // where it connected, and the fix; errors.As still finds pgx's errors.
 // (lib/pq: examples/sqlx-gorm, whose module has it.)
 func TestConnRefusedMessages(t *testing.T) {
-	db := testenv.NewDB(t)
-	ctx := testCtx(t)
-	for _, r := range msgtest.Refusals(t, db, "prefer") {
-		t.Run(r.Name, func(t *testing.T) {
-			s := newStore(t, openDB(t, "pgx", r.URL))
-			msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[*sql.Tx, *sqlfence.Run](s), "sqlfence", r)
-
-			_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(context.Context, *sql.Tx) error { return nil })
-			var ce *pgconn.ConnectError
-			if !errors.As(err, &ce) {
-				t.Errorf("errors.As finds no *pgconn.ConnectError in %v", err)
-			}
-			var pgErr *pgconn.PgError
-			if got := errors.As(err, &pgErr); got != (r.Code != "") || got && pgErr.Code != r.Code {
-				t.Errorf("errors.As(*pgconn.PgError) = %v (%v), want SQLSTATE %q", got, pgErr, r.Code)
-			}
-		})
-	}
+	msgtest.WalkSQLRefusals(t, "pgx", msgtest.Refusals(t, testenv.NewDB(t), "prefer"), func(t *testing.T, r msgtest.Refusal, err error) {
+		var ce *pgconn.ConnectError
+		if !errors.As(err, &ce) {
+			t.Errorf("errors.As finds no *pgconn.ConnectError in %v", err)
+		}
+		var pgErr *pgconn.PgError
+		if got := errors.As(err, &pgErr); got != (r.Code != "") || got && pgErr.Code != r.Code {
+			t.Errorf("errors.As(*pgconn.PgError) = %v (%v), want SQLSTATE %q", got, pgErr, r.Code)
+		}
+	})
 }
 
 // The password changes while a Store runs: its schema is checked and its

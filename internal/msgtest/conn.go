@@ -2,15 +2,18 @@ package msgtest
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"net"
 	"net/url"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
+	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
 )
 
@@ -182,6 +185,32 @@ func WalkRefused[Tx any](t *testing.T, ctx context.Context, tg Target[Tx], store
 	CheckRefusal(t, "run resume", err, store+": resume: ", r)
 	_, err = tg.Prune(ctx, 0)
 	CheckRefusal(t, "Prune", err, store+": prune: ", r)
+}
+
+// WalkSQLRefusals runs a subtest per refusal: sqlfence over database/sql's
+// driver on the refusal's URL, each of its calls that connect checked
+// with WalkRefused; check gets the error of one more guard.Exec, for what
+// the driver's own errors must still let errors.As find.
+func WalkSQLRefusals(t *testing.T, driver string, refusals []Refusal, check func(t *testing.T, r Refusal, err error)) {
+	t.Helper()
+	for _, r := range refusals {
+		t.Run(r.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			db, err := sql.Open(driver, r.URL)
+			if err != nil {
+				t.Fatalf("sql.Open(%q): %v", driver, err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			s, err := sqlfence.New(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			WalkRefused(t, ctx, StoreTarget[*sql.Tx, *sqlfence.Run](s), "sqlfence", r)
+			_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "msg-refused", Tok: 1, Who: "a"}, func(context.Context, *sql.Tx) error { return nil })
+			check(t, r, err)
+		})
+	}
 }
 
 // Unaddressed is r as a store words it over a driver whose errors do not
