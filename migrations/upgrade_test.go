@@ -267,15 +267,16 @@ func TestStoresRefuseOldSchema(t *testing.T) {
 			assert.NotContains(t, msg, "\n", name)
 			assert.Equal(t, 1, strings.Count(msg, "out of date"), msg)
 			assert.Contains(t, msg, `guard: fencelock schema out of date: schema fencelock in database "`+tdb.Name+`" is at `+have+` and this fencelock needs `+strconv.Itoa(pgcore.SchemaVersion)+`: `, name)
-			m := regexp.MustCompile(`, or: fencectl migrate up --db '([^']+)'( \(with the password( of "[^"]+")? in place of xxxxx\))?$`).FindStringSubmatch(msg)
+			m := regexp.MustCompile(`, or: fencectl migrate up --db '([^']+)'( \(with the (owner's )?password in place of xxxxx(; the address is the server's own, as Postgres sees it: use the URL you connect with if it differs)?\))?$`).FindStringSubmatch(msg)
 			require.NotNil(t, m, msg)
 			u, err := neturl.Parse(m[1])
 			require.NoError(t, err)
 			if strings.HasSuffix(name, "application role") {
 				assert.Contains(t, msg, `only the schema's owner, role "postgres", may migrate it`, name)
-				assert.Contains(t, msg, `run migrations.Up(ctx, db) on a connection as "postgres"`, name)
+				assert.Contains(t, msg, `run migrations.Up(ctx, db) on a connection as the owner`, name)
+				assert.Equal(t, 1, strings.Count(msg, `"postgres"`), "the owner is named once: %s", msg)
 				assert.Equal(t, "postgres", u.User.Username(), "the owner migrates")
-				assert.Contains(t, msg, `(with the password of "postgres" in place of xxxxx)`)
+				assert.Contains(t, msg, `(with the owner's password in place of xxxxx)`)
 			} else {
 				assert.Contains(t, msg, ": run migrations.Up(ctx, db) at start-up, or: ", name)
 			}
