@@ -1,5 +1,6 @@
 -- fencelock schema v5: the outbox's operators' reads stay bounded however
--- large the backlog grows.
+-- large the backlog grows, and sqlfence's effects commit only through the
+-- commit's check.
 --
 -- 00003 counts the outbox in one pass over the table (outbox_counts) and
 -- finds dead rows by walking the primary key past every live one
@@ -20,6 +21,19 @@
 -- outbox_counts stays as it is, exact, for tables known to be small.
 -- Building the index reads the table once and holds off inserts into
 -- fencelock.outbox until it is built, in the migration's transaction.
+--
+-- It also makes sqlfence's effects commit only through the commit's
+-- check. sqlfence writes them at once in fn's transaction (so that a
+-- savepoint fn rolls back in SQL undoes them), where fn could also end the
+-- transaction itself (a COMMIT sent as SQL, Commit on its *sql.Tx): rows
+-- written live would then commit without the check, and be sent however
+-- stale their token. So package outbox inserts them dead, with the reason
+-- as last_error, returning their ids (the grants below let a writer do
+-- it), and sqlfence's commit statement passes fencelock.close's result to
+-- outbox_revive, which makes those rows live again: an argument is
+-- evaluated before the call, so they come alive only in a transaction
+-- whose close passed. A transaction that fn ended leaves them dead, with the reason,
+-- never sent (fencectl outbox list --dead shows them).
 --
 -- A released migration never changes: a later change is a new migration
 -- that repeats each changed function whole, and whose Down restores what
@@ -145,12 +159,54 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- A writer may insert a row dead, with its reason, and read back the ids
+-- of the rows it inserts (INSERT ... RETURNING id): what package outbox
+-- does with sqlfence (see above). No new power to send anything: a role
+-- that may insert a live row may insert a dead one, and a dead row is
+-- never sent. The ids tell a role how many rows the outbox holds, no more
+-- (the fencelock tables' contents are PUBLIC's to read already).
+GRANT INSERT (dead_at, last_error), SELECT (id) ON fencelock.outbox TO PUBLIC;
+
+-- outbox_revive makes the rows p_ids live again (due now, dead_at and
+-- last_error cleared) and returns p_closed: sqlfence's commit statement
+-- calls it as outbox_revive(ids, fencelock.close(...)), so it runs only
+-- once close's check has passed (an argument is evaluated before the
+-- call; close raises otherwise, and the statement fails). It revives only
+-- rows of the transaction's claim that died at the transaction's start
+-- time (now()), which are the rows this transaction recorded: an id of a
+-- row another transaction recorded, or of a row a rolled-back savepoint
+-- removed, changes nothing. Reviving rows by id is no new power for a
+-- role: one that may execute it may execute outbox_requeue, which revives
+-- any dead row. Not STRICT (close may return NULL); PL/pgSQL, so never
+-- inlined (the argument is always evaluated).
+-- +goose StatementBegin
+CREATE FUNCTION fencelock.outbox_revive(p_ids bigint[], p_closed bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE fencelock.outbox o
+       SET dead_at = NULL, last_error = NULL, due_at = pg_catalog.now()
+     WHERE o.id OPERATOR(pg_catalog.=) ANY (p_ids)
+       AND o.dead_at OPERATOR(pg_catalog.=) pg_catalog.now()
+       AND o.token::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.length(o.resource)::pg_catalog.text
+           OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) o.resource OPERATOR(pg_catalog.||) o.holder
+           OPERATOR(pg_catalog.=) pg_catalog.current_setting('fencelock.claim', true);
+    RETURN p_closed;
+END;
+$$;
+-- +goose StatementEnd
+
+COMMENT ON FUNCTION fencelock.outbox_revive(bigint[], bigint) IS
+    'outbox_revive(ids, closed): internal to sqlfence''s commit, as outbox_revive(ids, fencelock.close(...)): makes the rows ids that this transaction recorded dead (its claim, dead since it began) live again, once close has passed. Returns closed.';
 COMMENT ON FUNCTION fencelock.outbox_backlog(integer) IS
     'outbox_backlog(limit): rows due, waiting, claimed and dead as outbox_counts counts them, read over indexes, at most limit + 1 rows per index; a count is at most limit, and its *_capped column is true when it may be more (fencectl outbox list, the otel backlog gauge). 22023 for a limit below 1.';
 COMMENT ON FUNCTION fencelock.outbox_counts() IS
     'outbox_counts(): rows due, waiting, claimed and dead, exact: one pass over the table (outbox_backlog counts up to a limit over indexes).';
 
-REVOKE ALL ON FUNCTION fencelock.outbox_backlog(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fencelock.outbox_backlog(integer), fencelock.outbox_revive(bigint[], bigint) FROM PUBLIC;
 
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sql STABLE AS $$ SELECT 5::bigint $$;
@@ -158,7 +214,8 @@ CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sq
 
 -- +goose Down
 -- outbox_list and the comment on outbox_counts as 00003 defines them,
--- schema_version() as 00004 does.
+-- the writer's columns as 00003 grants them, schema_version() as 00004
+-- does.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION fencelock.outbox_list(p_dead boolean, p_limit integer)
 RETURNS TABLE (id bigint, resource text, token bigint, holder text, destination text, key text,
@@ -179,6 +236,10 @@ $$;
 -- +goose StatementEnd
 COMMENT ON FUNCTION fencelock.outbox_counts() IS
     'outbox_counts(): rows due, waiting, claimed and dead.';
+-- IF EXISTS: a database migrated to 5 by a development build of 00005
+-- has no outbox_revive, and migrates down to 4 and up again to get it.
+DROP FUNCTION IF EXISTS fencelock.outbox_revive(bigint[], bigint);
+REVOKE INSERT (dead_at, last_error), SELECT (id) ON fencelock.outbox FROM PUBLIC;
 DROP FUNCTION fencelock.outbox_backlog(integer);
 DROP INDEX fencelock.outbox_dead_idx;
 -- +goose StatementBegin

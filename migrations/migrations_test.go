@@ -52,7 +52,7 @@ func objects(t *testing.T, db *sql.DB) (tables, functions, triggers int) {
 }
 
 var wantFunctions = []string{"advance", "apply_key", "check_args", "check_token", "claim", "close", "close_full", "open", "open_full",
-	"outbox_ack", "outbox_add", "outbox_backlog", "outbox_claim", "outbox_counts", "outbox_guard", "outbox_heads", "outbox_list", "outbox_release", "outbox_requeue", "outbox_retry",
+	"outbox_ack", "outbox_add", "outbox_backlog", "outbox_claim", "outbox_counts", "outbox_guard", "outbox_heads", "outbox_list", "outbox_release", "outbox_requeue", "outbox_retry", "outbox_revive",
 	"precheck", "protect_guard", "prune", "raise_applied", "raise_finished", "raise_invalid", "raise_stale", "run_state", "schema_version"}
 
 // allVersions are the versions of the embedded migrations, in order.

@@ -22,7 +22,7 @@ var released = map[string]string{
 	"00002_functions.sql":      "570b5a6546583a3b3c4103aaf99a043d2469f656f218d811a6c43919e0d8f41c",
 	"00003_outbox.sql":         "5050144833b87087393c2de497eebc0c9c5bce3324a2540c28564fbe3c473e06",
 	"00004_fence_lock.sql":     "11d357c75984e1c749401da895e408042dd7dd9f0f45d02deb4b90a1e0e731a2",
-	"00005_outbox_bounded.sql": "9c9be50aa2f4f681cfc59ada67a4ec474945d3bcce0f00394d222082ff39c983",
+	"00005_outbox_bounded.sql": "54ccf741efb8a7497983a9062be69733a14f3f97e97dec551572f2efb629de73",
 }
 
 // testdata/88937a5 holds 00001 and 00002 as that landing released them

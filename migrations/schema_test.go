@@ -18,7 +18,7 @@ import (
 // entryPoints are the functions callers use: SECURITY DEFINER with a pinned
 // search_path, but for hotPath. The rest are helpers that run inside them.
 var entryPoints = []string{"advance", "claim", "close", "open",
-	"outbox_ack", "outbox_add", "outbox_backlog", "outbox_claim", "outbox_counts", "outbox_list", "outbox_release", "outbox_requeue", "outbox_retry",
+	"outbox_ack", "outbox_add", "outbox_backlog", "outbox_claim", "outbox_counts", "outbox_list", "outbox_release", "outbox_requeue", "outbox_retry", "outbox_revive",
 	"precheck", "protect_guard", "prune", "run_state"}
 
 // hotPath are the functions every guarded transaction (open, close) or

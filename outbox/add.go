@@ -14,32 +14,54 @@ import (
 // commit checks that claim under the fence lock), one row per effect up
 // to maxValuesRows (a statement per row count, each prepared once per
 // connection by pgfence), a JSON array for more (one statement however
-// many). Every name is schema-qualified: the session's search_path cannot
-// change what they run.
+// many). Each comes in the two forms of pgcore.Rows: live, for pgfence's
+// commit, and dead with deadReason and RETURNING id, for sqlfence, whose
+// commit makes the rows live once its check has passed. Every name is
+// schema-qualified: the session's search_path cannot change what they run.
 const (
 	maxValuesRows = 8
-	sqlAddJSON    = `INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload, headers, ordered)` +
-		` SELECT $1, $2, $3, e OPERATOR(pg_catalog.->>) 'd', e OPERATOR(pg_catalog.->>) 'k',` +
+	addColumns    = `INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload, headers, ordered`
+	addJSON       = ` SELECT $1, $2, $3, e OPERATOR(pg_catalog.->>) 'd', e OPERATOR(pg_catalog.->>) 'k',` +
 		` pg_catalog.decode(COALESCE(e OPERATOR(pg_catalog.->>) 'p', ''), 'base64'), e OPERATOR(pg_catalog.->) 'h',` +
-		` COALESCE((e OPERATOR(pg_catalog.->>) 'o')::pg_catalog.bool, false)` +
-		` FROM pg_catalog.jsonb_array_elements($4::pg_catalog.jsonb) e`
+		` COALESCE((e OPERATOR(pg_catalog.->>) 'o')::pg_catalog.bool, false)`
+	addJSONFrom = ` FROM pg_catalog.jsonb_array_elements($4::pg_catalog.jsonb) e`
+
+	// deadReason is the last_error of a row that sqlfence's commit did not
+	// make live: what an operator reads in fencectl outbox list --dead.
+	// (No quote or dollar sign: it is written into the statement.)
+	deadReason = "not sent: recorded by a guarded transaction whose commit did not pass its fence check" +
+		" (fn ended the transaction itself: a COMMIT sent as SQL, or Commit on its *sql.Tx)"
+	deadValues  = `, pg_catalog.now(), '` + deadReason + `'`
+	deadColumns = `, dead_at, last_error)`
 )
+
+// sqlAddJSON inserts the effects of a JSON array ($4), with the claim
+// ($1-$3).
+var sqlAddJSON = pgcore.Rows{
+	Queued: addColumns + `)` + addJSON + addJSONFrom,
+	Now:    addColumns + deadColumns + addJSON + deadValues + addJSONFrom + ` RETURNING id`,
+}
 
 // sqlAddValues[n] inserts n effects: the claim ($1-$3), then five
 // parameters per effect.
-var sqlAddValues = func() [maxValuesRows + 1]string {
-	var out [maxValuesRows + 1]string
+var sqlAddValues = func() [maxValuesRows + 1]pgcore.Rows {
+	var out [maxValuesRows + 1]pgcore.Rows
 	for n := 1; n <= maxValuesRows; n++ {
-		var b strings.Builder
-		b.WriteString(`INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload, headers, ordered) VALUES `)
+		var live, dead strings.Builder
+		live.WriteString(addColumns + `) VALUES `)
+		dead.WriteString(addColumns + deadColumns + ` VALUES `)
 		for i := range n {
 			if i > 0 {
-				b.WriteString(", ")
+				live.WriteString(", ")
+				dead.WriteString(", ")
 			}
 			p := 5*i + 4
-			fmt.Fprintf(&b, "($1, $2, $3, $%d, $%d, $%d, $%d, $%d)", p, p+1, p+2, p+3, p+4)
+			v := fmt.Sprintf("($1, $2, $3, $%d, $%d, $%d, $%d, $%d", p, p+1, p+2, p+3, p+4)
+			live.WriteString(v + ")")
+			dead.WriteString(v + deadValues + ")")
 		}
-		out[n] = b.String()
+		dead.WriteString(` RETURNING id`)
+		out[n] = pgcore.Rows{Queued: live.String(), Now: dead.String()}
 	}
 	return out
 }()
@@ -77,11 +99,11 @@ func Add(ctx context.Context, tx any, effects ...Effect) error {
 	if err != nil {
 		return addError(err)
 	}
-	sql, args, err := encode(claim, effects)
+	rows, err := encode(claim, effects)
 	if err != nil {
 		return err
 	}
-	if err := pgcore.Write(ctx, tx, sql, args...); err != nil {
+	if err := pgcore.Write(ctx, tx, rows); err != nil {
 		return addError(err)
 	}
 	// Registered after the statement: an Add that queued nothing wakes no

@@ -230,49 +230,6 @@ func outboxKeys(t *testing.T, db *testenv.DB) []string {
 	return keys
 }
 
-// A savepoint that fn makes and rolls back with SQL (SAVEPOINT, ROLLBACK TO
-// SAVEPOINT: GORM's nested transactions do it) with sqlfence undoes the
-// effects added inside it, as it undoes fn's writes there: Add writes them
-// at once in fn's transaction. A savepoint released keeps them.
-func TestAddSQLSavepointSqlfence(t *testing.T) {
-	db := newDB(t)
-	ctx := ctxT(t)
-	sdb, err := sql.Open("pgx", db.URL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sdb.Close() })
-	sq, err := sqlfence.New(sdb)
-	require.NoError(t, err)
-	_, err = guard.Exec(ctx, sq, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx *sql.Tx) error {
-		for _, step := range []struct {
-			sql string
-			key string
-		}{
-			{key: "kept"},
-			{sql: "SAVEPOINT s1"},
-			{key: "rolled-back"},
-			{sql: "SAVEPOINT s2"},
-			{key: "rolled-back-nested"},
-			{sql: "ROLLBACK TO SAVEPOINT s1"},
-			{sql: "SAVEPOINT s3"},
-			{key: "released"},
-			{sql: "RELEASE SAVEPOINT s3"},
-		} {
-			if step.sql != "" {
-				if _, err := tx.ExecContext(ctx, step.sql); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: step.key}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	require.NoError(t, err)
-	assert.Equal(t, []string{"kept", "released"}, outboxKeys(t, db))
-}
-
 // With pgfence a savepoint of tx.Begin rolled back drops the effects added
 // after it, through it or through tx; one made with SQL (SAVEPOINT and
 // ROLLBACK TO SAVEPOINT sent through tx.Exec) rolls back fn's writes but
@@ -445,18 +402,19 @@ func TestAddSqlfenceRoundTrips(t *testing.T) {
 	}
 	one := []outbox.Effect{{Destination: "d", Key: "k"}}
 	two := []outbox.Effect{{Destination: "d", Key: "k"}, {Destination: "d", Key: "k2"}}
-	exec(one, two) // the driver prepares each statement on its first use
+	exec() // the driver prepares each statement on its first use
+	exec(one, two)
 	without := exec()
 	assert.Equal(t, without+1, exec(one), "one Add of one effect")
 	assert.Equal(t, without+1, exec(two), "one Add of two effects")
 	assert.Equal(t, without+2, exec(one, two), "two Adds")
 }
 
-// With sqlfence, a fn that sends COMMIT itself through its *sql.Tx after
-// Add (a misuse: Exec returns guard.ErrTxEnded, "fn's writes may have
-// committed without the fence check") commits the effect with its other
-// writes, unchecked at the commit, as docs/outbox.md says; pgfence, which
-// sends effects with its own commit, sends none then.
+// A fn that sends COMMIT itself through its tx after Add (a misuse: Exec
+// returns guard.ErrTxEnded, "fn's writes may have committed without the
+// fence check") sends no effect: with sqlfence the row commits dead, with
+// the reason, and with pgfence, which sends effects with its own commit,
+// none is recorded.
 func TestAddRawCommit(t *testing.T) {
 	db := newDB(t)
 	ctx := ctxT(t)
@@ -476,7 +434,12 @@ func TestAddRawCommit(t *testing.T) {
 		})
 		require.ErrorIs(t, err, guard.ErrTxEnded, s.name)
 	}
-	assert.Equal(t, []string{"sqlfence"}, outboxKeys(t, db))
+	assert.Empty(t, rowStates(t, db, "raw-pgfence"))
+	got := rowStates(t, db, "raw-sqlfence")
+	require.Len(t, got, 1)
+	assert.True(t, got[0].Dead, "committed dead")
+	assert.Equal(t, "not sent: recorded by a guarded transaction whose commit did not pass its fence check"+
+		" (fn ended the transaction itself: a COMMIT sent as SQL, or Commit on its *sql.Tx)", got[0].LastError)
 }
 
 // outboxRow is a recorded effect as the table holds it.
@@ -535,10 +498,12 @@ func TestAddShapes(t *testing.T) {
 }
 
 // An application role with only the documented grants (USAGE on the
-// schema, EXECUTE on its functions) records effects through either store;
-// as raw SQL it may insert rows of its transaction's claim, never of
-// another or without one, and cannot set a relay's columns, change or
-// delete a row.
+// schema, EXECUTE on its functions) records effects through either store,
+// live once committed; as raw SQL it may insert rows of its transaction's
+// claim (dead ones too), never of another or without one, may read the
+// rows' ids and nothing else of them, and cannot set a relay's columns,
+// change or delete a row. Without EXECUTE on outbox_revive a sqlfence
+// commit with effects is refused, with the GRANT to repeat.
 func TestAddRestrictedRole(t *testing.T) {
 	db := newDB(t)
 	ctx := ctxT(t)
@@ -579,7 +544,7 @@ func TestAddRestrictedRole(t *testing.T) {
 		return outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: "sql"})
 	})
 	require.NoError(t, err)
-	assert.Len(t, outboxRows(t, db, "resource = 'app' AND token = 1 AND holder = 'a'"), 3)
+	assert.Len(t, outboxRows(t, db, "resource = 'app' AND token = 1 AND holder = 'a' AND dead_at IS NULL"), 3, "all live: sqlfence's commit revived its row")
 
 	code := func(err error) string {
 		var pgErr *pgconn.PgError
@@ -592,6 +557,13 @@ func TestAddRestrictedRole(t *testing.T) {
 	for q, want := range map[string]string{
 		ins: "FL002",
 		`INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload, due_at) VALUES ('app', 2, 'b', 'd', 'k', '', now())`: "42501",
+		`INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload, attempts) VALUES ('app', 2, 'b', 'd', 'k', '', 1)`:   "42501",
+		`INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload, claim) VALUES ('app', 2, 'b', 'd', 'k', '', 1)`:      "42501",
+		// dead_at and last_error are a writer's (sqlfence records rows dead):
+		// past the privilege check, the trigger decides.
+		`INSERT INTO fencelock.outbox (resource, token, holder, destination, key, payload, dead_at, last_error) VALUES ('app', 2, 'b', 'd', 'k', '', now(), 'x')`: "FL002",
+		`SELECT payload FROM fencelock.outbox`:       "42501",
+		`SELECT id FROM fencelock.outbox`:            "<nil>", // sqlfence reads back the ids it inserts
 		`UPDATE fencelock.outbox SET due_at = now()`: "42501",
 		`DELETE FROM fencelock.outbox`:               "42501",
 	} {
@@ -618,4 +590,19 @@ func TestAddRestrictedRole(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	assert.Len(t, outboxRows(t, db, "key = 'raw' AND resource = 'app' AND token = 2 AND holder = 'b'"), 1)
+
+	// Without EXECUTE on outbox_revive (a grant on all functions made
+	// before migration 5), a sqlfence commit with effects is refused,
+	// nothing committed, and the error says which GRANT to repeat.
+	_, err = db.Pool.Exec(ctx, `REVOKE EXECUTE ON FUNCTION fencelock.outbox_revive(bigint[], bigint) FROM `+role)
+	require.NoError(t, err)
+	_, err = guard.Exec(ctx, sq, guardtest.Lease{Resource: "app", Tok: 2, Who: "b"}, func(ctx context.Context, tx *sql.Tx) error {
+		return outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: "no-revive"})
+	})
+	require.Error(t, err)
+	assert.Equal(t, "42501", code(err))
+	assert.Equal(t, `sqlfence: commit refused, nothing was committed: role "`+role+`" may not execute fencelock.outbox_revive, which commits outbox effects`+
+		` (migration 5 added it, and a grant on all functions covers only those that existed when it was made): as the schema's owner, role "postgres",`+
+		` GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO "`+role+`"`, err.Error())
+	assert.Empty(t, outboxRows(t, db, "key = 'no-revive'"))
 }

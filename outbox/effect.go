@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/pgcore"
 )
 
 // Limits on an Effect, checked by Add before anything is queued.
@@ -145,15 +146,15 @@ type row struct {
 	O bool                `json:"o,omitempty"`
 }
 
-// encode checks effects and returns the statement that records them for
-// claim, with its arguments.
-func encode(claim guard.Claim, effects []Effect) (string, []any, error) {
+// encode checks effects and returns the statements that record them for
+// claim, with their arguments.
+func encode(claim guard.Claim, effects []Effect) (pgcore.Rows, error) {
 	if len(effects) == 0 {
-		return "", nil, fmt.Errorf("%w: no effect given", ErrInvalidEffect)
+		return pgcore.Rows{}, fmt.Errorf("%w: no effect given", ErrInvalidEffect)
 	}
 	for i := range effects {
 		if err := effects[i].check(i); err != nil {
-			return "", nil, err
+			return pgcore.Rows{}, err
 		}
 	}
 	if len(effects) <= maxValuesRows {
@@ -165,7 +166,7 @@ func encode(claim guard.Claim, effects []Effect) (string, []any, error) {
 			if h := canonical(e.Header); h != nil {
 				b, err := json.Marshal(h)
 				if err != nil {
-					return "", nil, fmt.Errorf("outbox: encode effects: %w", err)
+					return pgcore.Rows{}, fmt.Errorf("outbox: encode effects: %w", err)
 				}
 				header = string(b)
 			}
@@ -175,7 +176,9 @@ func encode(claim guard.Claim, effects []Effect) (string, []any, error) {
 			}
 			args = append(args, e.Destination, e.Key, payload, header, e.Ordered)
 		}
-		return sqlAddValues[len(effects)], args, nil
+		r := sqlAddValues[len(effects)]
+		r.Args = args
+		return r, nil
 	}
 	rows := make([]row, len(effects))
 	for i := range effects {
@@ -184,9 +187,11 @@ func encode(claim guard.Claim, effects []Effect) (string, []any, error) {
 	}
 	b, err := json.Marshal(rows)
 	if err != nil {
-		return "", nil, fmt.Errorf("outbox: encode effects: %w", err)
+		return pgcore.Rows{}, fmt.Errorf("outbox: encode effects: %w", err)
 	}
-	return sqlAddJSON, []any{claim.Resource, claim.Token, claim.Holder, string(b)}, nil
+	r := sqlAddJSON
+	r.Args = []any{claim.Resource, claim.Token, claim.Holder, string(b)}
+	return r, nil
 }
 
 // canonical is h with canonical names, nil when it holds nothing.

@@ -36,8 +36,10 @@
 //     (transaction_read_only or default_transaction_read_only on) fail
 //     there, before fn runs;
 //   - fn;
-//   - fencelock.close, which claims the fence under its row lock, records
-//     the key and the run's cursor, then COMMIT.
+//   - fencelock.close, which takes the resource's fence lock (a shared
+//     transaction-level advisory lock, held until COMMIT), checks the
+//     token against the fence row under it, records the key and the run's
+//     cursor, and makes the outbox effects fn recorded live; then COMMIT.
 //
 // A plain one-row write is BEGIN, INSERT, COMMIT: 3 round trips; guarded
 // it is 5, and 6 for a token the Store has not seen yet (counted on the
@@ -51,8 +53,11 @@
 // finds out before it claims (the claim runs only inside the transaction
 // the check marked) and returns an error wrapping guard.ErrTxEnded, which
 // says fn's writes may have committed without the fence check; it never
-// reports such a transaction as refused. To roll back, return an error
-// from fn.
+// reports such a transaction as refused. The effects fn recorded with
+// package outbox's Add are not among those writes: Add writes them dead,
+// and only close makes them live, so they stay dead (with the reason, in
+// fencectl outbox list --dead) and are never sent. To roll back, return
+// an error from fn.
 //
 // A commit whose connection breaks while COMMIT is in flight has an
 // unknown outcome: guard.ErrUnknownOutcome (use guard.WithKey: a retry

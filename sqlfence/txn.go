@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/pgcore"
+	"github.com/jackc/pgx/v5"
 )
 
 // txn is an open, checked transaction.
@@ -34,12 +35,27 @@ func (t *txn) end() []pgcore.Queued {
 func (t *txn) Tx() *sql.Tx { return t.tx }
 
 // execNow runs a statement of pgcore.Write in the transaction at once, as
-// fn's own statements run: a savepoint fn rolls back undoes it.
-func (t *txn) execNow(ctx context.Context, q string, args []any) error {
-	if _, err := t.tx.ExecContext(ctx, q, args...); err != nil {
-		return mapError(err)
+// fn's own statements run (a savepoint fn rolls back undoes it), and
+// returns the ids of the rows it recorded dead, which the commit makes
+// live.
+func (t *txn) execNow(ctx context.Context, q string, args []any) ([]int64, error) {
+	rows, err := t.tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, mapError(err)
 	}
-	return nil
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapError(err)
+	}
+	return ids, nil
 }
 
 // Commit claims the fence, records the key and the run (fencelock.close),
@@ -55,6 +71,10 @@ func (t *txn) execNow(ctx context.Context, q string, args []any) error {
 //     have committed without the fence check);
 //   - fn sent COMMIT or ROLLBACK as SQL through it: the transaction's mark
 //     is gone, close does not run, the error wraps guard.ErrTxEnded too.
+//
+// Either way the outbox rows fn recorded (package outbox's Add: written
+// dead, made live by the statement that claims, once its check passed)
+// stay dead, never sent.
 //
 // A refused claim rolls back (FL001: a *guard.StaleTokenError; FL003:
 // guard.ErrAlreadyApplied). An error from COMMIT itself that carries no
@@ -74,8 +94,12 @@ func (t *txn) commit(ctx context.Context) error {
 	}
 	queued := t.end()
 	defer t.cancel()
+	query, args := closeSQL, t.args
+	if held := t.queue.Held(); len(held) > 0 {
+		query, args = closeReviveSQL, append(args[:len(args):len(args)], idArray(held))
+	}
 	var prev sql.NullInt64
-	err := t.s.queryRow(ctx, t.tx, closeSQL, t.args...).Scan(&prev)
+	err := t.s.queryRow(ctx, t.tx, query, args...).Scan(&prev)
 	switch {
 	case err == nil:
 	case errors.Is(err, sql.ErrTxDone):
@@ -83,6 +107,9 @@ func (t *txn) commit(ctx context.Context) error {
 	case errors.Is(err, sql.ErrNoRows):
 		t.rollback(ctx)
 		return fmt.Errorf("%w: fn sent COMMIT or ROLLBACK through the *sql.Tx; return an error from fn to roll back instead", guard.ErrTxEnded)
+	case query == closeReviveSQL && pgcore.Code(err) == "42501":
+		t.rollback(ctx)
+		return t.s.reviveGrantError(ctx, err)
 	default:
 		// Refused (FL001, FL003, FL004, lock timeout, an aborted
 		// transaction...) or ctx ended: COMMIT was not sent, nothing was
@@ -155,6 +182,34 @@ func (t *txn) rollback(ctx context.Context) {
 	defer stop()
 	_ = t.tx.Rollback()
 }
+
+// reviveGrantError words a commit refused because the role may not
+// execute fencelock.outbox_revive (its EXECUTE grant on all functions
+// predates migration 5, which added it), with the GRANT to repeat.
+func (s *Store) reviveGrantError(ctx context.Context, err error) error {
+	var sch pgcore.Schema
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), guard.RollbackTimeout)
+	defer cancel()
+	if _, qerr := s.core.Driver.QueryRow(rctx, pgcore.SchemaSQL, nil, sch.Dest()...); qerr != nil || sch.User == "" {
+		return fmt.Errorf("sqlfence: commit refused, nothing was committed: %w", err)
+	}
+	owner := "the schema's owner"
+	if sch.Owner.Valid {
+		owner = fmt.Sprintf("the schema's owner, role %q", sch.Owner.String)
+	}
+	return &wordedError{fmt.Sprintf("sqlfence: commit refused, nothing was committed: role %q may not execute fencelock.outbox_revive, which commits outbox effects (migration 5 added it, and a grant on all functions covers only those that existed when it was made): as %s, GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %s",
+		sch.User, owner, pgx.Identifier{sch.User}.Sanitize()), err}
+}
+
+// wordedError is err said in a message of its own, which names its cause
+// (err stays in the chain for errors.As).
+type wordedError struct {
+	msg string
+	err error
+}
+
+func (e *wordedError) Error() string { return e.msg }
+func (e *wordedError) Unwrap() error { return e.err }
 
 // isPostgres reports whether err carries an answer of the server.
 func isPostgres(err error) bool {
