@@ -16,10 +16,13 @@ import (
 // interface, and a new detail as a new field of its event struct, so an
 // observer written today keeps compiling.
 //
-// Methods are called synchronously by the relay's loop, the one goroutine
-// of Run that talks to the database, right after the event: they must be
-// fast and must not call back into the Relay. The ctx they get carries the
-// values of Run's ctx, never its cancellation.
+// Methods are called synchronously by the relay's loop, one goroutine of
+// Run, right after the event (a failure of WithListen's connection, which
+// a goroutine of its own notices, is handed to the loop and reported from
+// there): one method at a time, so an observer of one relay needs no lock
+// of its own. They must be fast and must not call back into the Relay.
+// The ctx they get carries the values of Run's ctx, never its
+// cancellation.
 type Observer any
 
 // ClaimObserver is told of every claim that succeeded, including those

@@ -225,3 +225,64 @@ func TestWithObserverBadInput(t *testing.T) {
 	_, err := outbox.NewRelay(db.Pool, s, outbox.WithObserver(ctxChecker{t}))
 	require.NoError(t, err, "an observer of deliveries alone")
 }
+
+// unlocked observes claims and errors in one slice, without a lock: the
+// relay calls its observers from its loop only, which -race checks.
+type unlocked struct{ events []any }
+
+func (u *unlocked) OnClaim(_ context.Context, e outbox.ClaimEvent) { u.events = append(u.events, e) }
+func (u *unlocked) OnRelayError(_ context.Context, e outbox.ErrorEvent) {
+	u.events = append(u.events, e)
+}
+
+// A relay calls its observers from one goroutine, the failures of its
+// LISTEN connection included: an observer without a lock sees the claims
+// and the listen failure (the connection terminated by the server) without
+// a data race, and the relay listens again.
+func TestObserversOneGoroutine(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	var obs unlocked
+	r, err := outbox.NewRelay(db.Pool, outbox.SenderFunc(func(context.Context, outbox.Delivery) error { return nil }),
+		outbox.WithListen(), outbox.WithPollInterval(2*time.Millisecond), outbox.WithObserver(&obs), outbox.WithLogger(quiet))
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+
+	listener := func(not int) int {
+		var pid int
+		eventually(t, func() bool {
+			err := db.Pool.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+				WHERE datname = current_database() AND query = 'LISTEN fencelock_outbox' AND state = 'idle' AND pid <> $1`, not).Scan(&pid)
+			require.NoError(t, err)
+			return pid != 0
+		}, "a connection listens")
+		return pid
+	}
+	first := listener(0)
+	time.Sleep(100 * time.Millisecond) // claims, while it listens
+	var ok bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, first).Scan(&ok))
+	require.True(t, ok)
+	listener(first)
+	time.Sleep(100 * time.Millisecond) // claims again
+	stop()
+	require.NoError(t, <-done)
+
+	var claims int
+	var errs []outbox.ErrorEvent
+	for _, e := range obs.events {
+		switch e := e.(type) {
+		case outbox.ClaimEvent:
+			claims++
+		case outbox.ErrorEvent:
+			errs = append(errs, e)
+		}
+	}
+	assert.Positive(t, claims)
+	require.Len(t, errs, 1, "the listen failure")
+	assert.Equal(t, outbox.OpListen, errs[0].Op)
+	assert.Equal(t, 1, errs[0].Failures)
+}

@@ -158,14 +158,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	register(r)
 	defer unregister(r)
-	l := &loop{Relay: r, octx: context.WithoutCancel(ctx), results: make(chan result, r.cfg.concurrency)}
+	l := &loop{Relay: r, octx: context.WithoutCancel(ctx), results: make(chan result, r.cfg.concurrency),
+		listenErrs: make(chan ErrorEvent)}
 	lctx, stopListen := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if r.cfg.listen {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.listen(lctx)
+			r.listen(lctx, l.listenErrs)
 		}()
 	}
 	l.run(ctx)
@@ -293,8 +294,10 @@ func (p pgxRow) Scan(dest ...any) error {
 }
 
 // listen wakes the relay on every NOTIFY fencelock_outbox, reconnecting
-// with backoff; polling goes on meanwhile.
-func (r *Relay) listen(ctx context.Context) {
+// with backoff; polling goes on meanwhile. Its failures go to the loop on
+// errs, which reports them to the observers: observers are called from
+// the loop only.
+func (r *Relay) listen(ctx context.Context, errs chan<- ErrorEvent) {
 	pool := r.db.(acquirer)
 	var wait time.Duration
 	failures := 0
@@ -325,7 +328,11 @@ func (r *Relay) listen(ctx context.Context) {
 		wait = min(max(2*wait, 100*time.Millisecond), 5*time.Second)
 		failures++
 		r.cfg.logger.WarnContext(ctx, "outbox: relay's LISTEN connection failed; polling meanwhile", "err", err, "retry_in", wait)
-		r.obs.onError(context.WithoutCancel(ctx), ErrorEvent{Op: OpListen, Err: err, Failures: failures})
+		select {
+		case errs <- ErrorEvent{Op: OpListen, Err: err, Failures: failures}:
+		case <-ctx.Done():
+			return
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
@@ -346,19 +353,23 @@ type result struct {
 	until time.Time
 }
 
-// loop is one Run: the only goroutine that talks to the database. Sends
-// run in goroutines of their own and report on results.
+// loop is one Run: the only goroutine that talks to the database (but for
+// WithListen's connection) and the only one that calls the observers.
+// Sends run in goroutines of their own and report on results.
 type loop struct {
 	*Relay
 	// octx is what observers get: Run's ctx without its cancellation.
-	octx     context.Context
-	results  chan result
-	inflight int
-	acks     []result // delivered, already applied or superseded: delete
-	fails    []result // failed: retry or dead
-	after    string   // the last ordered resource claimed, where the next claim starts
-	dbErrs   int
-	dbLogged time.Time
+	octx    context.Context
+	results chan result
+	// listenErrs carries the failures of WithListen's connection, for the
+	// loop to report.
+	listenErrs chan ErrorEvent
+	inflight   int
+	acks       []result // delivered, already applied or superseded: delete
+	fails      []result // failed: retry or dead
+	after      string   // the last ordered resource claimed, where the next claim starts
+	dbErrs     int
+	dbLogged   time.Time
 }
 
 const (
@@ -428,6 +439,8 @@ func (l *loop) run(ctx context.Context) {
 			lingering = false
 		case <-l.wake:
 			due = true
+		case e := <-l.listenErrs:
+			l.obs.onError(l.octx, e)
 		case <-timer.C:
 			due = true
 		case <-ctx.Done():
