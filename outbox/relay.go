@@ -142,7 +142,13 @@ func jittered(d time.Duration) time.Duration {
 // sends in flight finish (each within the send timeout), records their
 // outcomes and returns nil; a claim or a record under way when ctx ends
 // is finished first (each within a timeout of its own), so a relay
-// stopped while the database answers leaves no row claimed. It returns
+// stopped while the database answers leaves no row claimed. While the
+// database hangs, Run returns at most 20 s plus the longer of 10 s and
+// the send timeout + 1 s after ctx ends (31 s at the default send
+// timeout): a claim in flight (10 s), then the record of the outcomes
+// gathered (10 s) while the sends still running finish (each within the
+// send timeout + 1 s of its start), then a last record (10 s). Give an
+// orchestrator's termination grace period at least that. It returns
 // an error at once when the database cannot serve a relay (the fencelock
 // schema, or its outbox migration, is missing; the role lacks EXECUTE on
 // the outbox functions); any other trouble (the database restarting,
@@ -374,7 +380,8 @@ type loop struct {
 
 const (
 	shutdownTimeout = 10 * time.Second
-	// recordTimeout bounds each claim and each flush of outcomes.
+	// recordTimeout bounds each claim and each flush of outcomes. Run's
+	// doc states the stop bound it makes: change both together.
 	recordTimeout = 10 * time.Second
 	maxErrorLen   = 1000
 )
