@@ -86,8 +86,9 @@ const (
 	// Delivered: Send returned nil; the row is deleted.
 	Delivered DeliveryOutcome = iota + 1
 	// AlreadyApplied: the receiver had applied the effect before (Send
-	// returned guard.ErrAlreadyApplied: a redelivery); the row is deleted,
-	// as delivered.
+	// returned guard.ErrAlreadyApplied: a redelivery; or
+	// guard.ErrRunFinished, which matches it: the receiver's run that the
+	// effect belongs to is finished); the row is deleted, as delivered.
 	AlreadyApplied
 	// Superseded: the receiver refused the effect for good because it has
 	// seen a newer fencing token (ErrSuperseded, HTTP 409); the row is
@@ -247,7 +248,7 @@ func (c *relayConfig) outcome(err error, attempt int) DeliveryOutcome {
 	switch {
 	case err == nil:
 		return Delivered
-	case errors.Is(err, guard.ErrAlreadyApplied):
+	case errors.Is(err, guard.ErrAlreadyApplied): // guard.ErrRunFinished too: its work is done
 		return AlreadyApplied
 	case errors.Is(err, ErrSuperseded):
 		return Superseded

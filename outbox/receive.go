@@ -80,19 +80,23 @@ func ReadHeaders(h http.Header) (Lease, string, error) {
 //
 //   - nil, and guard.ErrAlreadyApplied (a redelivery): 200, the sender is
 //     done (a receiver of your own also sets [HeaderFencingOutcome] to
-//     already_applied on a redelivery, as Receive does, for the relay to
+//     already_applied on such a 200, as Receive does, for the relay to
 //     count it as such);
-//   - guard.ErrStaleToken, guard.ErrRunFinished: 409, refused for good
-//     (a newer holder's write is there);
+//   - guard.ErrRunFinished, which matches guard.ErrAlreadyApplied: 200 as
+//     already applied too. A finished run is a no-op for every holder,
+//     newer ones included: the receiver's work that the delivery belongs
+//     to is done, which says nothing of a newer token;
+//   - guard.ErrStaleToken: 409, refused for good (a newer holder's write
+//     is there);
 //   - ErrBadDelivery: 400; ErrTerminal: 422 (both terminal at the sender);
 //   - anything else: 503, retried with backoff.
 func Status(err error) int {
 	switch {
 	case err == nil:
 		return http.StatusOK
-	case errors.Is(err, guard.ErrRunFinished), errors.Is(err, guard.ErrStaleToken):
+	case errors.Is(err, guard.ErrStaleToken):
 		return http.StatusConflict
-	case errors.Is(err, guard.ErrAlreadyApplied):
+	case errors.Is(err, guard.ErrAlreadyApplied): // guard.ErrRunFinished too
 		return http.StatusOK
 	case errors.Is(err, ErrBadDelivery):
 		return http.StatusBadRequest
@@ -106,9 +110,10 @@ func Status(err error) int {
 // never after a newer one of the same resource: it reads the fencing
 // headers, then runs apply in guard.Exec on store with the delivery's
 // lease and guard.WithKey(Idempotency-Key) (opts are added), and answers
-// with Status: 200 applied or already applied (then with the header
-// Fencing-Outcome: already_applied), 409 stale, 400 without fencing
-// headers, 413 for a body over MaxPayload, 503 to be retried.
+// with Status: 200 applied or already applied (a key applied before, a run
+// finished; then with the header Fencing-Outcome: already_applied), 409
+// stale, 400 without fencing headers, 413 for a body over MaxPayload, 503
+// to be retried.
 // apply returns an error wrapping ErrTerminal to refuse a delivery for
 // good (422).
 //
@@ -123,7 +128,9 @@ func Receive[Tx any](store guard.Store[Tx], apply func(ctx context.Context, tx T
 			code = http.StatusRequestEntityTooLarge
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if errors.Is(err, guard.ErrAlreadyApplied) {
+		// Only a 200 says already applied: the relay reads the header on a
+		// 2xx alone.
+		if code == http.StatusOK && errors.Is(err, guard.ErrAlreadyApplied) {
 			w.Header().Set(HeaderFencingOutcome, string(guard.ReasonAlreadyApplied))
 		}
 		w.WriteHeader(code)

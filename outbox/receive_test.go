@@ -97,6 +97,7 @@ func TestReceive(t *testing.T) {
 	code, body := post(t, srv.URL, h("k3", "5"), "late")
 	assert.Equal(t, http.StatusConflict, code, "token 5 after 6")
 	assert.Contains(t, body, "stale")
+	assert.Empty(t, lastOutcome, "a 409 carries no Fencing-Outcome")
 
 	code, body = post(t, srv.URL, map[string]string{"Idempotency-Key": "k4"}, "x")
 	assert.Equal(t, http.StatusBadRequest, code)
@@ -112,12 +113,49 @@ func TestReceive(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	for err, want := range map[error]int{
-		nil: 200, guard.ErrAlreadyApplied: 200, guard.ErrRunFinished: 409,
+		nil: 200, guard.ErrAlreadyApplied: 200, guard.ErrRunFinished: 200,
 		&guard.StaleTokenError{Resource: "r", Token: 1, Current: 2}: 409,
 		outbox.ErrBadDelivery: 400, outbox.Terminal(errors.New("no")): 422, errors.New("db down"): 503,
 		fmt.Errorf("wrapped: %w", guard.ErrAlreadyApplied): 200,
 	} {
 		assert.Equal(t, want, outbox.Status(err), "%v", err)
+	}
+}
+
+// A delivery whose apply finds its run finished (guard.ErrRunFinished: the
+// receiver's work it belongs to is done) is answered 200 with
+// Fencing-Outcome: already_applied, nothing written; the relay counts it
+// already applied and deletes the row, as it does for a Sender of its own
+// that returns the error.
+func TestReceiveRunFinished(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	store, err := pgfence.New(db.Pool)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `CREATE TABLE applied_effects (key text)`)
+	require.NoError(t, err)
+	srv := httptest.NewServer(outbox.Receive(store, func(ctx context.Context, tx pgx.Tx, d outbox.Delivery) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO applied_effects VALUES ($1)`, d.Key); err != nil {
+			return err
+		}
+		return fmt.Errorf("step of %s: %w", d.Key, guard.ErrRunFinished)
+	}))
+	t.Cleanup(srv.Close)
+	code, body := post(t, srv.URL, map[string]string{"Idempotency-Key": "k", "Fencing-Token": "1", "Fencing-Resource": "r", "Fencing-Holder": "h"}, "x")
+	assert.Equal(t, http.StatusOK, code, body)
+	assert.Equal(t, "already_applied", lastOutcome)
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM applied_effects`).Scan(&n))
+	assert.Zero(t, n, "nothing written")
+
+	finished := outbox.SenderFunc(func(context.Context, outbox.Delivery) error { return guard.ErrRunFinished })
+	for name, sender := range map[string]outbox.Sender{"HTTPSender to Receive": httpSender(t), "a Sender of its own": finished} {
+		t.Run(name, func(t *testing.T) { // its relay stops when it ends
+			require.NoError(t, raw(ctx, db.Pool, "r", 1, "h", outbox.Effect{Destination: srv.URL, Key: name}))
+			r := startRelay(t, db.Pool, sender, outbox.WithPollInterval(10*time.Millisecond))
+			eventually(t, func() bool { all, _ := rows(t, db.Pool); return all == 0 }, "the row deleted")
+			assert.Equal(t, outbox.RelayStats{Claimed: 1, AlreadyApplied: 1}, r.Stats())
+		})
 	}
 }
 
