@@ -3,7 +3,6 @@ package fencelockotel
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"sync"
 	"time"
 
@@ -116,21 +115,12 @@ func (o *Observer) OnDelivery(ctx context.Context, e outbox.DeliveryEvent) {
 	_, span := o.tracer.Start(ctx, "outbox.Send", trace.WithTimestamp(end.Add(-e.Duration)),
 		trace.WithSpanKind(trace.SpanKindProducer))
 	span.SetAttributes(KeyResource.String(e.Resource), KeyToken.Int64(e.Token), KeyHolder.String(e.Holder),
-		KeyKey.String(e.Key), KeyDestination.String(redacted(e.Destination)), KeyAttempt.Int(e.Attempt),
+		KeyKey.String(e.Key), KeyDestination.String(outbox.RedactDestination(e.Destination)), KeyAttempt.Int(e.Attempt),
 		KeyOutcome.String(outcome))
 	if sendError(e.Outcome) && e.Err != nil {
 		span.SetStatus(codes.Error, e.Err.Error())
 	}
 	span.End(trace.WithTimestamp(end))
-}
-
-// redacted is a URL destination without its password; other destinations
-// as they are.
-func redacted(dest string) string {
-	if u, err := url.Parse(dest); err == nil && u.Scheme != "" && u.User != nil {
-		return u.Redacted()
-	}
-	return dest
 }
 
 // OnRecord implements outbox.RecordObserver: the outcomes recorded by op,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"unicode/utf8"
 
@@ -204,4 +205,15 @@ func canonical(h http.Header) map[string][]string {
 		out[http.CanonicalHeaderKey(name)] = append(out[http.CanonicalHeaderKey(name)], v...)
 	}
 	return out
+}
+
+// RedactDestination is destination as logs and traces show it: a URL
+// with a password has it replaced by xxxxx (url.URL.Redacted); any other
+// destination as it is. The relay's log lines and package fencelockotel's
+// spans use it.
+func RedactDestination(destination string) string {
+	if u, err := url.Parse(destination); err == nil && u.Scheme != "" && u.User != nil {
+		return u.Redacted()
+	}
+	return destination
 }

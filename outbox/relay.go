@@ -524,7 +524,7 @@ func (l *loop) handle(res result) {
 	case Dead:
 		l.stats.dead.Add(1)
 		l.cfg.logger.Warn("outbox: delivery failed for good, row marked dead (fencectl outbox list --dead; requeue to try again)",
-			"id", res.d.ID, "resource", res.d.Resource, "key", res.d.Key, "destination", res.d.Destination, "attempt", res.d.Attempt, "err", err)
+			"id", res.d.ID, "resource", res.d.Resource, "key", res.d.Key, "destination", RedactDestination(res.d.Destination), "attempt", res.d.Attempt, "err", err)
 		l.fails = append(l.fails, res)
 	default:
 		l.stats.failed.Add(1)

@@ -3,9 +3,11 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -324,4 +326,28 @@ func TestRelayNeedsSchema(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorIs(t, err, guard.ErrSchemaMissing)
 	assert.Contains(t, err.Error(), "fencelock schema not installed")
+}
+
+// A dead row's warning names its destination without the password, as
+// RedactDestination writes it (and package fencelockotel's spans).
+func TestRelayDeadWarningRedacts(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	const dest = "https://svc:s3cret@shop.example/stock"
+	require.NoError(t, raw(ctx, db.Pool, "r", 1, "h", outbox.Effect{Destination: dest, Key: "k"}))
+	var logs syncBuf
+	startRelay(t, db.Pool, outbox.SenderFunc(func(context.Context, outbox.Delivery) error { return outbox.Terminal(nil) }),
+		outbox.WithPollInterval(10*time.Millisecond), outbox.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	eventually(t, func() bool { return strings.Contains(logs.String(), "row marked dead") }, "the dead row's warning")
+	assert.Contains(t, logs.String(), "destination=https://svc:xxxxx@shop.example/stock")
+	assert.NotContains(t, logs.String(), "s3cret")
+
+	for in, want := range map[string]string{
+		dest:                        "https://svc:xxxxx@shop.example/stock",
+		"https://svc@shop.example/": "https://svc@shop.example/",
+		"nats://stock.eu":           "nats://stock.eu",
+		"not a url: %zz":            "not a url: %zz",
+	} {
+		assert.Equal(t, want, outbox.RedactDestination(in), in)
+	}
 }
