@@ -211,7 +211,7 @@ func TestRelayObserverErrors(t *testing.T) {
 		assert.Equal(t, outbox.OpClaim, e.Op)
 		assert.Equal(t, i+1, e.Failures)
 		assert.ErrorContains(t, e.Err, "outbox_claim")
-		assert.ErrorContains(t, e.Err, "not installed: run migrations.Up")
+		assert.ErrorContains(t, e.Err, "the fencelock schema lacks what the outbox needs (migrated down, or changed by hand, while in use?): migrate it up again")
 	}
 }
 

@@ -2,15 +2,11 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Row is an outbox row as operators see it (List): everything but the
@@ -58,7 +54,7 @@ func List(ctx context.Context, db DB, dead bool, limit int) ([]Row, error) {
 	rows, err := db.Query(ctx, `SELECT id, resource, token, holder, destination, key, payload_bytes, ordered, attempts, created_at, due_at, claimed, coalesce(last_error, ''), dead_at
   FROM fencelock.outbox_list($1, $2)`, pgx.QueryExecModeExec, dead, limit)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: list: %w", describe(err))
+		return nil, opError(ctx, db, "list", err)
 	}
 	var out []Row
 	for rows.Next() {
@@ -72,7 +68,7 @@ func List(ctx context.Context, db DB, dead bool, limit int) ([]Row, error) {
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: list: %w", describe(err))
+		return nil, opError(ctx, db, "list", err)
 	}
 	return out, nil
 }
@@ -87,11 +83,11 @@ func Count(ctx context.Context, db DB) (Counts, error) {
 	}
 	rows, err := db.Query(ctx, `SELECT due, waiting, claimed, dead FROM fencelock.outbox_counts()`, pgx.QueryExecModeExec)
 	if err != nil {
-		return Counts{}, fmt.Errorf("outbox: count: %w", describe(err))
+		return Counts{}, opError(ctx, db, "count", err)
 	}
 	var c Counts
 	if err := (pgxRow{rows}).Scan(&c.Due, &c.Waiting, &c.Claimed, &c.Dead); err != nil {
-		return Counts{}, fmt.Errorf("outbox: count: %w", describe(err))
+		return Counts{}, opError(ctx, db, "count", err)
 	}
 	return c, nil
 }
@@ -141,45 +137,14 @@ func Backlog(ctx context.Context, db DB, limit int) (CappedCounts, error) {
 	rows, err := db.Query(ctx, `SELECT due, waiting, claimed, dead, due_capped, waiting_capped, claimed_capped, dead_capped
   FROM fencelock.outbox_backlog($1)`, pgx.QueryExecModeExec, limit)
 	if err != nil {
-		return CappedCounts{}, backlogError(ctx, db, err)
+		return CappedCounts{}, opError(ctx, db, "backlog", err)
 	}
 	c := CappedCounts{Limit: limit}
 	if err := (pgxRow{rows}).Scan(&c.Due, &c.Waiting, &c.Claimed, &c.Dead,
 		&c.Capped.Due, &c.Capped.Waiting, &c.Capped.Claimed, &c.Capped.Dead); err != nil {
-		return CappedCounts{}, backlogError(ctx, db, err)
+		return CappedCounts{}, opError(ctx, db, "backlog", err)
 	}
 	return c, nil
-}
-
-// backlogError words an error of Backlog: a schema older than migration
-// 5 as the stores word it (matching guard.ErrSchemaMissing, with the
-// command that migrates it), a role whose EXECUTE grant predates
-// outbox_backlog with the GRANT to repeat, read from the catalog; any
-// other error as the relay describes it.
-func backlogError(ctx context.Context, db DB, err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || (pgErr.Code != "42883" && pgErr.Code != "42501") || !strings.Contains(pgErr.Message, "outbox_backlog") {
-		return fmt.Errorf("outbox: backlog: %w", describe(err))
-	}
-	rows, qerr := db.Query(ctx, pgcore.SchemaSQL, pgx.QueryExecModeExec)
-	var s pgcore.Schema
-	if qerr == nil {
-		qerr = pgxRow{rows}.Scan(s.Dest()...)
-	}
-	switch {
-	case qerr != nil:
-		return fmt.Errorf("outbox: backlog: %w", describe(err))
-	case s.Err(pgcore.PgxTarget(db)) != nil:
-		return fmt.Errorf("outbox: backlog: %w", s.Err(pgcore.PgxTarget(db)))
-	case pgErr.Code == "42501":
-		owner := "the schema's owner"
-		if s.Owner.Valid {
-			owner = fmt.Sprintf("the schema's owner, role %q", s.Owner.String)
-		}
-		return fmt.Errorf("outbox: backlog: role %q may not execute fencelock.outbox_backlog (migration 5 added it, and a grant on all functions covers only those that existed when it was made): as %s, GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %s",
-			s.User, owner, pgx.Identifier{s.User}.Sanitize())
-	}
-	return fmt.Errorf("outbox: backlog: %w", describe(err))
 }
 
 // Requeue makes dead rows due again with their attempts reset: the rows
@@ -194,11 +159,11 @@ func Requeue(ctx context.Context, db DB, ids []int64) (int, error) {
 	}
 	rows, err := db.Query(ctx, `SELECT fencelock.outbox_requeue($1)`, pgx.QueryExecModeExec, ids)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: requeue: %w", describe(err))
+		return 0, opError(ctx, db, "requeue", err)
 	}
 	var n int
 	if err := (pgxRow{rows}).Scan(&n); err != nil {
-		return 0, fmt.Errorf("outbox: requeue: %w", describe(err))
+		return 0, opError(ctx, db, "requeue", err)
 	}
 	wakeAll()
 	return n, nil

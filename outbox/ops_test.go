@@ -142,5 +142,5 @@ func TestBacklogNeedsMigration(t *testing.T) {
 	_, err = outbox.Backlog(ctx, db.Pool, 0)
 	require.ErrorIs(t, err, guard.ErrSchemaOutdated)
 	assert.NotContains(t, err.Error(), "\n")
-	assert.Contains(t, err.Error(), `outbox: backlog: guard: fencelock schema out of date: schema fencelock in database "`+db.Name+`" is at version 4 and this fencelock needs 5: run migrations.Up(ctx, db) at start-up, or: fencectl migrate up --db 'postgres://`)
+	assert.Contains(t, err.Error(), `outbox: backlog: fencelock schema out of date: schema fencelock in database "`+db.Name+`" is at version 4 and this fencelock needs 5: run migrations.Up(ctx, db) at start-up, or: fencectl migrate up --db 'postgres://`)
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
-	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -188,14 +187,12 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) ready(ctx context.Context) error {
 	var wait time.Duration
 	for failures := 1; ; failures++ {
-		err := r.checkSchema(ctx)
+		err := checkSchema(ctx, r.db)
 		switch {
 		case err == nil:
 			return nil
 		case errors.Is(err, guard.ErrSchemaMissing), errors.As(err, new(*grantError)):
 			return err
-		case fatal(err):
-			return fmt.Errorf("outbox: the database cannot serve a relay: %w", describe(err))
 		case ctx.Err() != nil:
 			return nil // stopped while checking: not the database's trouble
 		}
@@ -208,64 +205,6 @@ func (r *Relay) ready(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
-}
-
-// grantError: the relay's role may not execute the outbox functions.
-type grantError struct{ msg string }
-
-func (e *grantError) Error() string { return e.msg }
-
-// checkSchema is one look at the schema and the relay's grant: nil, an
-// error matching guard.ErrSchemaMissing, a *grantError, or the database's
-// error.
-func (r *Relay) checkSchema(ctx context.Context) error {
-	var s pgcore.Schema
-	if err := r.queryRow(ctx, pgcore.SchemaSQL).Scan(s.Dest()...); err != nil {
-		return err
-	}
-	if err := s.Err(pgcore.PgxTarget(r.db)); err != nil {
-		return err
-	}
-	var can bool
-	if err := r.queryRow(ctx, `SELECT has_function_privilege('fencelock.outbox_claim(bigint, integer, interval, text)', 'EXECUTE')`).Scan(&can); err != nil {
-		return err
-	}
-	if !can {
-		owner := "the schema's owner"
-		if s.Owner.Valid {
-			owner = fmt.Sprintf("the schema's owner, role %q", s.Owner.String)
-		}
-		return &grantError{fmt.Sprintf("outbox: role %q may not execute the outbox functions: as %s, GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %s",
-			s.User, owner, pgx.Identifier{s.User}.Sanitize())}
-	}
-	return nil
-}
-
-// fatal reports errors a relay cannot wait through.
-func fatal(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code {
-	case "3F000", "42883", "42501", "42P01": // no schema, no function, no privilege, no table
-		return true
-	}
-	return false
-}
-
-// describe names what an error from the database means for a relay.
-func describe(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "3F000", "42883":
-			return fmt.Errorf("fencelock schema or its outbox (migration 3) not installed: run migrations.Up(ctx, db), or: fencectl migrate up --db URL: %w", err)
-		case "25006":
-			return fmt.Errorf("the database is read-only (a standby, or default_transaction_read_only): nothing can be claimed until it is writable: %w", err)
-		}
-	}
-	return err
 }
 
 type rowScanner interface{ Scan(dest ...any) error }

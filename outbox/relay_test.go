@@ -279,9 +279,11 @@ func TestNewRelayBadInput(t *testing.T) {
 }
 
 // A database whose schema is older than this fencelock, one without the
-// schema, and a role without EXECUTE on the outbox's functions: Run says
-// so at once, with the stores' error (errors.Is guard.ErrSchemaMissing)
-// and a fix that names the database or the role.
+// schema, one whose outbox was dropped by hand at the current version,
+// and a role without EXECUTE on the outbox's functions: Run says so at
+// once, under the outbox's prefix alone, with the stores' error
+// (errors.Is guard.ErrSchemaMissing) and a fix that names the database or
+// the role.
 func TestRelayNeedsSchema(t *testing.T) {
 	db := newDB(t)
 	ctx := ctxT(t)
@@ -310,22 +312,36 @@ func TestRelayNeedsSchema(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, `outbox: role "`+role+`" may not execute the outbox functions: as the schema's owner, role "`+owner+`", GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO "`+role+`"`, err.Error())
 
-	_, err = db.Pool.Exec(ctx, `CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sql AS $$ SELECT 2::bigint $$`)
+	_, err = db.Pool.Exec(ctx, `ALTER FUNCTION fencelock.outbox_claim(bigint, integer, interval, text) RENAME TO outbox_claim_gone`)
 	require.NoError(t, err)
 	r, err = outbox.NewRelay(db.Pool, noop, outbox.WithLogger(quiet))
 	require.NoError(t, err)
 	err = r.Run(ctx)
 	require.Error(t, err)
+	assert.ErrorIs(t, err, guard.ErrSchemaMissing)
+	assert.Equal(t, `outbox: schema fencelock in database "`+db.Name+`" is at version 5 but has no function fencelock.outbox_claim (changed by hand): restore it as migrations/00003_outbox.sql defines it, as the schema's owner, role "`+owner+`"`, err.Error())
+	_, err = db.Pool.Exec(ctx, `ALTER FUNCTION fencelock.outbox_claim_gone(bigint, integer, interval, text) RENAME TO outbox_claim`)
+	require.NoError(t, err)
+
+	_, err = db.Pool.Exec(ctx, `CREATE OR REPLACE FUNCTION fencelock.schema_version() RETURNS bigint LANGUAGE sql AS $$ SELECT 2::bigint $$`)
+	require.NoError(t, err)
+	err = r.Run(ctx)
+	require.Error(t, err)
 	assert.ErrorIs(t, err, guard.ErrSchemaOutdated)
-	assert.Contains(t, err.Error(), "is at version 2 and this fencelock needs")
+	assert.Contains(t, err.Error(), `outbox: fencelock schema out of date: schema fencelock in database "`+db.Name+`" is at version 2 and this fencelock needs`)
 	assert.Contains(t, err.Error(), "run migrations.Up(ctx, db) at start-up, or: fencectl migrate up --db 'postgres://")
+	assert.NotContains(t, err.Error(), "guard:", "one prefix")
 
 	_, err = db.Pool.Exec(ctx, `DROP SCHEMA fencelock CASCADE`)
 	require.NoError(t, err)
 	err = r.Run(ctx)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, guard.ErrSchemaMissing)
-	assert.Contains(t, err.Error(), "fencelock schema not installed")
+	assert.Contains(t, err.Error(), `outbox: fencelock schema not installed in database "`+db.Name+`"`)
+	assert.NotContains(t, err.Error(), "guard:", "one prefix")
+	_, err = outbox.List(ctx, db.Pool, true, 10)
+	assert.ErrorIs(t, err, guard.ErrSchemaMissing)
+	assert.Contains(t, err.Error(), `outbox: list: fencelock schema not installed in database "`+db.Name+`"`)
 }
 
 // A dead row's warning names its destination without the password, as
