@@ -129,6 +129,10 @@ func New(opts ...Option) (*Observer, error) {
 	add(err)
 	o.relayInstruments(m, add)
 	if cfg.backlog != nil {
+		cfg.backlog.now = time.Now
+		if cfg.now != nil {
+			cfg.backlog.now = cfg.now
+		}
 		add(o.backlogGauge(m, cfg.backlog))
 	}
 	if err := errors.Join(errs...); err != nil {

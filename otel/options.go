@@ -2,6 +2,7 @@ package fencelockotel
 
 import (
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -15,6 +16,8 @@ type config struct {
 	tp      trace.TracerProvider
 	names   bool
 	backlog *backlog
+	// now is the backlog gauge's clock (time.Now; the tests set theirs).
+	now func() time.Time
 }
 
 // WithMeterProvider sets where the metrics go (default: the global one,

@@ -173,6 +173,7 @@ func WithOutboxBacklog(db outbox.DB, every time.Duration) Option {
 type backlog struct {
 	db    outbox.DB
 	every time.Duration
+	now   func() time.Time
 
 	mu     sync.Mutex // one reading at a time; collections wait for it
 	at     time.Time  // when the last reading was taken
@@ -185,9 +186,10 @@ type backlog struct {
 func (b *backlog) read(ctx context.Context) (outbox.CappedCounts, error, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	fresh := b.at.IsZero() || time.Since(b.at) >= b.every
+	now := b.now()
+	fresh := b.at.IsZero() || now.Sub(b.at) >= b.every
 	if fresh {
-		b.at = time.Now()
+		b.at = now
 		rctx, cancel := context.WithTimeout(ctx, backlogTimeout)
 		b.counts, b.err = outbox.Backlog(rctx, b.db, outbox.DefaultBacklogLimit)
 		cancel()

@@ -216,19 +216,40 @@ func backlogReading(t *testing.T, reader *sdkmetric.ManualReader) (rows, capped 
 	return rows, capped, rows != nil
 }
 
+// clock is a clock the test moves.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
 // The backlog gauge counts the outbox's rows by state (exactly, on a small
 // table: the capped gauge says 0 for each state), and reads the
 // database at most once per interval, however often it is collected: a
 // collection within the interval reports the last reading, even when rows
-// were added since; one after it reads again. A reading that fails
-// reports no value and counts an error, once per interval too.
+// were added since, up to its last nanosecond; one at its end reads again.
+// A reading that fails reports no value and counts an error, once per
+// interval too. The interval is read on a clock the test moves.
 func TestOutboxBacklog(t *testing.T) {
 	db := migratedDB(t)
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	_, err := fencelockotel.New(fencelockotel.WithMeterProvider(mp), fencelockotel.WithOutboxBacklog(db.Pool, 2*time.Second))
+	clk := &clock{t: time.Now()}
+	_, err := fencelockotel.New(fencelockotel.WithMeterProvider(mp), fencelockotel.WithOutboxBacklog(db.Pool, 2*time.Second),
+		fencelockotel.WithClock(clk.Now))
 	require.NoError(t, err)
 
 	l := lateWriter{name: "r", holder: "h", token: 1}
@@ -243,28 +264,27 @@ func TestOutboxBacklog(t *testing.T) {
 		require.NoError(t, err)
 	}
 	want := map[string]int64{"due": 1, "claimed": 1, "waiting": 1, "dead": 1}
-	start := time.Now() // the reading is taken after this
 	got, capped, ok := backlogReading(t, reader)
-	read := time.Now() // and before this
 	require.True(t, ok)
 	assert.Equal(t, want, got)
 	assert.Equal(t, map[string]int64{"due": 0, "claimed": 0, "waiting": 0, "dead": 0}, capped, "every count exact")
 
 	record(t, db.Pool, l, outbox.Effect{Destination: "d", Key: "new-1"}, outbox.Effect{Destination: "d", Key: "new-2"})
-	checked := 0
-	for range 20 {
-		got, ok := backlogPoints(t, reader)
-		require.True(t, ok)
-		if time.Since(start) < 1900*time.Millisecond {
+	for _, at := range []time.Duration{0, time.Second, time.Second - time.Nanosecond} {
+		clk.Add(at)
+		for range 5 {
+			got, ok := backlogPoints(t, reader)
+			require.True(t, ok)
 			assert.Equal(t, want, got, "within the interval: the last reading")
-			checked++
 		}
 	}
-	require.Positive(t, checked, "collected within the interval")
-	time.Sleep(time.Until(read.Add(2100 * time.Millisecond)))
+	clk.Add(time.Nanosecond) // 2 s after the first reading
 	want["due"] = 3
 	got, _ = backlogPoints(t, reader)
-	assert.Equal(t, want, got, "after the interval: a new reading")
+	assert.Equal(t, want, got, "at the interval's end: a new reading")
+	record(t, db.Pool, l, outbox.Effect{Destination: "d", Key: "new-3"})
+	got, _ = backlogPoints(t, reader)
+	assert.Equal(t, want, got, "and then the last reading again")
 
 	// A database that fails.
 	broken, err := pgxpool.New(ctx, db.URL)
