@@ -69,12 +69,12 @@ var sqlAddValues = func() [maxValuesRows + 1]pgcore.Rows {
 // Add records effects in tx, the transaction that guard.Exec (or a Run's
 // Step) gives fn, of pgfence (a pgx.Tx, or a savepoint of it) or sqlfence
 // (a *sql.Tx): they are written to fencelock.outbox in that transaction,
-// commit only with it (after the commit's check of its claim), and are
-// delivered by a Relay once it has committed. If the transaction does not commit — fn returns an error,
-// panics or its context ends, the token is stale at the commit, a retry
-// under guard.WithKey finds the key applied — nothing is recorded and
-// nothing is sent. When it commits, the relays of this process wake at
-// once.
+// go out only if it commits through the commit's check of its claim, and
+// are delivered by a Relay once it has committed. If the transaction does
+// not commit — fn returns an error, panics or its context ends, the token
+// is stale at the commit, a retry under guard.WithKey finds the key
+// applied — nothing is recorded and nothing is sent. When it commits, the
+// relays of this process wake at once.
 //
 // With pgfence Add sends nothing itself: the effects ride the commit's
 // round trip, and a savepoint of tx.Begin that is rolled back drops the
@@ -82,7 +82,10 @@ var sqlAddValues = func() [maxValuesRows + 1]pgcore.Rows {
 // does not: pgfence does not read fn's SQL). With sqlfence each Add is one
 // statement, sent at once in fn's transaction (database/sql sends one
 // statement at a time: pass all of a transaction's effects in one call),
-// so any savepoint rolled back, with SQL too, undoes it.
+// so any savepoint rolled back, with SQL too, undoes it; its rows are
+// written dead and come alive in the commit's claim statement, once the
+// check has passed, so a COMMIT that fn sends itself leaves them dead
+// (with the reason, never sent).
 //
 // An effect Add refuses (ErrInvalidEffect: an empty destination or key,
 // a payload over MaxPayload, headers that are not valid HTTP), a tx that

@@ -27,11 +27,14 @@
 // transaction, so that a savepoint fn rolls back with SQL (as GORM's
 // nested transactions do) undoes them; they take no lock another
 // transaction waits for, so a holder frozen inside fn holds up no one
-// because of them. Each Add is one plain INSERT of rows that carry the
-// transaction's claim (resource, token, holder); the commit's own check of
-// that claim, under the fence lock, is what lets them commit, so they cost
-// no check of their own. pgfence prepares the statement once per
-// connection.
+// because of them. They are written dead, and the commit's claim
+// statement makes them live once its check has passed, so a fn that ends
+// the transaction itself (a COMMIT sent as SQL, Commit on its *sql.Tx)
+// leaves them dead, never sent. Each Add is one plain INSERT of rows that
+// carry the transaction's claim (resource, token, holder); the commit's
+// own check of that claim, under the fence lock, is what lets them go
+// out, so they cost no check of their own. pgfence prepares the statement
+// once per connection.
 // The relays of the process wake when the commit succeeds; [Notify] wakes
 // those of other processes too.
 //
