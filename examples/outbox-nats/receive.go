@@ -19,13 +19,13 @@ import (
 // message's lease and guard.WithKey(Idempotency-Key) (opts are added),
 // then
 //
-//   - nil (applied now) or guard.ErrAlreadyApplied (applied before: a
-//     copy stored again after the duplicate window, or redelivered after a
-//     lost ack): Ack;
-//   - guard.ErrStaleToken or guard.ErrRunFinished (a newer holder's effect
-//     for the resource was applied), outbox.ErrBadDelivery (no valid
-//     fencing headers) or an apply error wrapping outbox.ErrTerminal:
-//     Term, never redelivered;
+//   - nil (applied now) or guard.ErrAlreadyApplied, guard.ErrRunFinished
+//     included (applied before: a copy stored again after the duplicate
+//     window, or redelivered after a lost ack; or its run is finished,
+//     which is applied for good): Ack;
+//   - guard.ErrStaleToken (a newer holder's effect for the resource was
+//     applied), outbox.ErrBadDelivery (no valid fencing headers) or an
+//     apply error wrapping outbox.ErrTerminal: Term, never redelivered;
 //   - anything else: Nak, redelivered after a delay that doubles with each
 //     delivery, from 1s up to a minute.
 //
