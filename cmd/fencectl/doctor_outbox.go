@@ -216,8 +216,8 @@ func (d *doctor) outboxDead(db *dbConn, s outboxScan) {
 	if s.dead == outboxDeadRead {
 		n, oldest = "at least "+n, fmt.Sprintf("of the %d recorded first, the oldest dead for ", outboxDeadRead)
 	}
-	d.warn("outbox.dead", fmt.Sprintf("%s dead rows (refused for good or out of attempts, %s%s): nothing sends them until they are requeued", n, oldest, age(s.oldestDead)),
-		"fencectl outbox list --dead --db "+db.src.arg()+" shows why each failed; once that is fixed: fencectl outbox requeue --all --db "+db.src.arg()+" (or the row IDs instead of --all)"+db.src.maskNote())
+	d.warn("outbox.dead", fmt.Sprintf("%s dead rows (refused for good, out of attempts, or recorded by a transaction whose fence check did not run, %s%s): nothing sends them until they are requeued", n, oldest, age(s.oldestDead)),
+		"fencectl outbox list --dead --db "+db.src.arg()+" shows why each failed; once that is fixed: fencectl outbox requeue --all --db "+db.src.arg()+" (or the row IDs instead of --all; never requeue a row whose reason says its fence check did not run: no check cleared it)"+db.src.maskNote())
 }
 
 func (d *doctor) outboxClaims(s outboxScan) {

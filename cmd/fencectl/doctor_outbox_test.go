@@ -76,7 +76,7 @@ func TestDoctorOutbox(t *testing.T) {
 	assert.Empty(t, errOut)
 	assert.Subset(t, verdicts(out)["warn"], []string{"outbox.backlog", "outbox.dead", "outbox.claims"}, out)
 	assert.Contains(t, out, "4 effects due for more than 10m0s (the oldest for 2h0m0s; 1 of them the next of an ordered resource): no relay claims them")
-	assert.Contains(t, out, "2 dead rows (refused for good or out of attempts, the oldest dead for 3h0m0s)")
+	assert.Contains(t, out, "2 dead rows (refused for good, out of attempts, or recorded by a transaction whose fence check did not run, the oldest dead for 3h0m0s)")
 	assert.Contains(t, out, "2 rows whose relay's claim expired without an outcome (the oldest 5m0s ago)")
 	masked := shellQuote(redactAddr(dbURL))
 	assert.Contains(t, out, "fix: fencectl outbox list --dead --db "+masked+" shows why each failed; once that is fixed: fencectl outbox requeue --all --db "+masked)
@@ -197,7 +197,7 @@ func TestDoctorOutboxMillion(t *testing.T) {
 	t.Logf("doctor took %v", time.Since(start).Round(time.Millisecond))
 	assert.Equal(t, exitOK, code, out+errOut)
 	assert.Regexp(t, `warn\s+outbox.backlog\s+at least 11000 effects due for more than 1m0s \(the oldest for 2h0m0s; 1000 of them the next of an ordered resource\)`, out)
-	assert.Regexp(t, `warn\s+outbox.dead\s+1000 dead rows \(refused for good or out of attempts, the oldest dead for 1h0m0s\)`, out)
+	assert.Regexp(t, `warn\s+outbox.dead\s+1000 dead rows \(refused for good, out of attempts, or recorded by a transaction whose fence check did not run, the oldest dead for 1h0m0s\)`, out)
 	assert.Regexp(t, `ok\s+outbox.claims\s+no claim past its visibility timeout among the 10000 oldest due rows`, out)
 
 	code, out, errOut = fencectl(t, "outbox", "list", "--dead", "--db", db.URL)
