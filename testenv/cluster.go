@@ -315,6 +315,33 @@ func (c *Cluster) start(ctx context.Context) error {
 			c.replicaOf[nd.ID] = m.ID
 		}
 	}
+	// Redis lists a replica in CLUSTER SLOTS only once its replication
+	// offset is not zero, which without a write takes the master's first
+	// replication ping (10 s): one write and its deletion on each master,
+	// leaving no key, move every offset at once.
+	if c.cfg.replicas > 0 {
+		for _, m := range c.Nodes[:c.cfg.masters] {
+			// Written once the node serves its slots (CLUSTERDOWN before),
+			// under a key of its slots (another answers MOVED).
+			key, n := "", 0
+			if err := poll(ctx, "a write on "+m.Addr, func() (bool, string) {
+				key = "testenv:offset:" + strconv.Itoa(n)
+				err := m.adminClient().Do(ctx, "SET", key, "1").Err()
+				if _, moved := redis.IsMovedError(err); moved {
+					n++
+				}
+				if err != nil {
+					return false, err.Error()
+				}
+				return true, ""
+			}); err != nil {
+				return err
+			}
+			if err := m.adminClient().Do(ctx, "DEL", key).Err(); err != nil {
+				return fmt.Errorf("testenv: DEL on %s: %w", m.Addr, err)
+			}
+		}
+	}
 	return c.WaitHealthy(ctx)
 }
 
@@ -624,12 +651,37 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 			}
 			replicaOf[nd.ID] = e.master
 		}
+		// Redis leaves a replica out of CLUSTER SLOTS until the node that
+		// answers has heard (by gossip) that it replicates: until then a
+		// client's slot map lacks it, and its node client is made later.
+		for _, nd := range c.Nodes {
+			if missing := nd.slotsLackReplicas(ctx, len(replicaOf)); missing != "" {
+				return false, missing
+			}
+		}
 		c.mu.Lock()
 		c.replicaOf = replicaOf
 		c.mu.Unlock()
 		return true, ""
 	})
 	return err
+}
+
+// slotsLackReplicas says how the node's CLUSTER SLOTS falls short of
+// listing want replicas, "" when it lists them all.
+func (nd *ClusterNode) slotsLackReplicas(ctx context.Context, want int) string {
+	slots, err := nd.adminClient().ClusterSlots(ctx).Result()
+	if err != nil {
+		return err.Error()
+	}
+	got := 0
+	for _, s := range slots {
+		got += len(s.Nodes) - 1
+	}
+	if got < want {
+		return fmt.Sprintf("CLUSTER SLOTS on %s lists %d of %d replicas", nd.Addr, got, want)
+	}
+	return ""
 }
 
 // Failover sends CLUSTER FAILOVER [FORCE|TAKEOVER] to replica nd and waits
