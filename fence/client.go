@@ -80,6 +80,9 @@ type Client struct {
 	locks map[string]*Lock
 
 	checks serverChecks // see serverchecks.go
+	// view keeps a cluster client's calls off stopped nodes
+	// (clusterview.go); nil for other clients.
+	view *clusterView
 }
 
 // New returns a Client on rdb (see [RedisClient] for the clients that
@@ -104,6 +107,9 @@ func New(rdb RedisClient, opts ...ClientOption) (*Client, error) {
 	c.notify = newNotifier(c)
 	c.wd = newWatchdog(c)
 	c.checkClusterOptions()
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		c.view = newClusterView(c, cc)
+	}
 	c.startServerChecks()
 	return c, nil
 }
@@ -229,7 +235,7 @@ func (c *Client) closeLocks(ctx, rctx context.Context, locks []*Lock) []error {
 	}
 	var errs []error
 	start := time.Now()
-	cmds := execScripts(rctx, c.rdb, c.scripts.release, calls)
+	cmds := execScripts(rctx, c.rdb, c.scripts.release, calls, c.route())
 	took := time.Since(start)
 	for i, cmd := range cmds {
 		rep, err := parseRelease(cmd)
@@ -259,7 +265,7 @@ func (c *Client) leaveAll(rctx context.Context, waiters []*waiter) {
 		calls = append(calls, w.leaveCall())
 	}
 	if len(calls) > 0 {
-		_ = execScripts(rctx, c.rdb, c.scripts.leave, calls) // a place not left expires at its deadline
+		_ = execScripts(rctx, c.rdb, c.scripts.leave, calls, c.route()) // a place not left expires at its deadline
 	}
 }
 

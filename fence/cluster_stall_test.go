@@ -160,3 +160,110 @@ func TestClusterStalledReplicasCostNothing(t *testing.T) {
 		require.NoError(t, l.Release(bounded()), "Release %s", l.Name())
 	}
 }
+
+// TestClusterStalledReplicaDuringFailover: a replica of one master is
+// stopped (SIGSTOP) for longer than the lease while another master dies
+// and its replica takes over, so that every client must reload its slot
+// map while a node of it never answers. go-redis reads the map from one
+// node at a time, in random order, replicas included, each for as long as
+// the node's ReadTimeout (30 s here); fence bounds each read (topology.go)
+// so that the reload moves on to a node that answers. The 30 locks, on
+// every master, stay held; a fresh name on each master is acquired and
+// released by a client that had its map and by a new one, each well
+// within the read timeout; and each of 12 reloads ends within its bound
+// (without the bound, one in five waits the 30 s).
+func TestClusterStalledReplicaDuringFailover(t *testing.T) {
+	t.Parallel() // with the other fault tests on private topologies: they mostly wait
+	// Without full coverage the surviving masters serve their slots while
+	// the dead one's fail over: what is measured is the stopped replica's
+	// cost alone, not the cluster's refusal window.
+	cl := testenv.NewRedisCluster(t, testenv.WithRequireFullCoverage(false))
+	ctx := ctxT(t, 120*time.Second)
+	// A lock on the dying master outlives its failover (about 2 s) and
+	// the renewal period (lease/3) before it.
+	const lease = 8 * time.Second
+	const readTimeout = 30 * time.Second
+	prefix := uniquePrefix(t)
+	newCC := func() *redis.ClusterClient {
+		return cl.NewClient(&redis.ClusterOptions{ReadTimeout: readTimeout, DialerRetries: recommendedDialerRetries})
+	}
+	// used has its slot map and node clients before New: fence bounds
+	// those nodes from New's background check; fresh makes its nodes
+	// after New.
+	used := newCC()
+	require.NoError(t, used.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }))
+	holder := newFenceOn(t, used, prefix, fence.WithLease(lease))
+	fresh := newFenceOn(t, newCC(), prefix, fence.WithLease(lease))
+
+	names := namesPerMaster(t, cl.Client(), prefix, "rs", 10) // by the master that serves them now
+	var held []*fence.Lock
+	for _, ns := range names {
+		for _, n := range ns {
+			l, err := holder.Acquire(ctx, n)
+			require.NoError(t, err)
+			held = append(held, l)
+		}
+	}
+	require.Len(t, held, 30)
+	stopped := cl.Nodes[3] // replicas of master i follow the masters: the replica of Nodes[0]
+	victim := cl.Nodes[1]
+	stoppedAt := time.Now()
+	require.NoError(t, stopped.Pause())
+	t.Cleanup(func() { _ = stopped.Resume() })
+
+	require.NoError(t, victim.Kill())
+	heir, err := cl.WaitFailover(ctx, victim)
+	require.NoError(t, err)
+	t.Logf("%s took over from %s %v after the replica %s stopped", heir.Addr, victim.Addr, time.Since(stoppedAt), stopped.Addr)
+
+	// A fresh name in each master's slots, through both clients: each
+	// completes well within the read timeout (transient errors while the
+	// map is being read again are retried within the bound).
+	const bound = 10 * time.Second
+	for _, c := range []*fence.Client{holder, fresh} {
+		for addr, ns := range names {
+			start := time.Now()
+			bctx, cancel := context.WithTimeout(ctx, bound)
+			l, err := tryUntil(bctx, c, ns[0]+"-fresh")
+			require.NoError(t, err, "TryAcquire in the slots of %s", addr)
+			require.NoError(t, l.Release(bctx), "Release in the slots of %s", addr)
+			cancel()
+			t.Logf("a fresh name in the slots of %s: %v", addr, time.Since(start))
+		}
+	}
+	// Reloads of the map: each ends within the bound, although one in five
+	// starts with the stopped replica.
+	for i := range 12 {
+		start := time.Now()
+		require.NoError(t, used.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }))
+		assert.Less(t, time.Since(start), bound, "slot-map reload %d waited for the stopped replica", i)
+	}
+	// The replica stays stopped past a lease; every lock is still held and
+	// was renewed after the failover.
+	renewedAfter := time.Now()
+	if wait := time.Until(stoppedAt.Add(lease + time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	for _, l := range held {
+		require.NoError(t, l.Err(), "lock %s lost while a replica of another master was stopped", l.Name())
+		assert.True(t, l.Deadline().After(renewedAfter), "lock %s renewed after the failover", l.Name())
+	}
+	for _, l := range held {
+		require.NoError(t, l.Release(ctx))
+	}
+}
+
+// tryUntil retries TryAcquire on transient errors until ctx ends.
+func tryUntil(ctx context.Context, c *fence.Client, name string) (*fence.Lock, error) {
+	for {
+		l, err := c.TryAcquire(ctx, name)
+		if err == nil || ctx.Err() != nil {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -258,10 +258,21 @@
 // mutex every such call of the client waits on: a client whose first such
 // call came while any node was stopped would hold up every call on every
 // master, and a Redis user without COMMAND (the ACL line does not grant
-// it) would pay refused round trips on every call. So a stopped replica
-// holds up no call of fence once the client has its slot map (go-redis
-// loads it at the client's first call, from random nodes too, and
-// reloads it in the background). A cluster client that reads from replicas
+// it) would pay refused round trips on every call. The slot map is read
+// the same way, one node at a time, each for as long as its ReadTimeout:
+// a reload that asks a stopped replica first stays stale that long, while
+// the calls for a master that failed over go to the dead address, and a
+// slot the map has no master for goes to a random node, a stopped
+// replica perhaps. So fence bounds each slot-map read of a cluster
+// client's nodes (half a second, after which the next node is asked; a
+// slow network that fails six in a row gets one unbounded read), reads
+// the map again itself after an error that says it may be stale, and
+// sends no call to a node that was not a master of the last map it read:
+// a stopped replica holds up no call of fence and costs no lock on
+// another master. The bound reaches the node clients the cluster client
+// makes after New and those of every map read since (a node client made
+// before New that was in no map since, a seed that is not a cluster
+// node, has none). A cluster client that reads from replicas
 // (ReadOnly, RouteByLatency, RouteRandomly) looks every call up in that
 // table, pipelines too: [New] warns about it once; give fence a
 // *redis.ClusterClient of its own that reads from masters.

@@ -258,13 +258,28 @@ func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 // connection, without SCRIPT LOAD, which a restricted ACL user may not
 // have (+@all -script), and without sending the script's body with every
 // call. Each returned *redis.Cmd carries its own result or error.
-func execScripts(ctx context.Context, rdb scripter, s *redis.Script, calls []scriptCall) []*redis.Cmd {
+//
+// route, when not nil, may refuse a call before it is sent (a cluster
+// node that is not a master, see clusterView): the call's Cmd carries
+// route's error.
+func execScripts(ctx context.Context, rdb scripter, s *redis.Script, calls []scriptCall, route routeFunc) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := rdb.Pipeline()
+	sent := 0
 	for i, c := range calls {
+		if route != nil {
+			if err := route(ctx, c.keys[0]); err != nil {
+				cmds[i] = redis.NewCmd(ctx)
+				cmds[i].SetErr(err)
+				continue
+			}
+		}
 		cmds[i] = c.scriptOr(s).EvalSha(ctx, pipe, c.keys, c.args...)
+		sent++
 	}
-	_, _ = pipe.Exec(ctx) // per-command errors are read below
+	if sent > 0 {
+		_, _ = pipe.Exec(ctx) // per-command errors are read below
+	}
 	var retry []int
 	for i, cmd := range cmds {
 		if isNoScript(cmd.Err()) {
@@ -317,9 +332,20 @@ func execScripts(ctx context.Context, rdb scripter, s *redis.Script, calls []scr
 // configuration" in the package documentation).
 func (c *Client) runScript(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if c.cluster {
-		return execScripts(ctx, c.rdb, s, []scriptCall{{keys: keys, args: args}})[0]
+		return execScripts(ctx, c.rdb, s, []scriptCall{{keys: keys, args: args}}, c.route())[0]
 	}
 	return s.Run(ctx, c.rdb, keys, args...)
+}
+
+// routeFunc refuses a call for key before it is sent, or returns nil.
+type routeFunc func(ctx context.Context, key string) error
+
+// route is the client's routeFunc: a cluster client's view, nil otherwise.
+func (c *Client) route() routeFunc {
+	if c.view == nil {
+		return nil
+	}
+	return c.view.route
 }
 
 type scriptCall struct {

@@ -210,6 +210,9 @@ func (c *Client) startServerChecks() {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(c.bgCtx, checkTimeout)
 		defer cancel()
+		if c.view != nil {
+			c.view.read(ctx, true) // the node clients made before New
+		}
 		c.checkEviction(ctx)
 	}()
 }

@@ -22,13 +22,13 @@ import (
 // it asks Sentinel for the master's address on every new connection, and
 // drops a connection that answered READONLY or broke.
 
-// refreshTopology makes go-redis reload the cluster's slot map when err
-// says it may be stale. Reloads are asynchronous and coalesced by go-redis
-// (one at a time, at most one every 200 ms), so callers need not limit how
-// often they ask.
+// refreshTopology makes the cluster client reload its slot map when err
+// says it may be stale. Reloads run in the background, one at a time and
+// at most one every refreshEvery (clusterView.refresh), so callers need
+// not limit how often they ask.
 func (c *Client) refreshTopology(err error) {
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok && staleTopology(err) {
-		cc.ReloadState(context.Background())
+	if c.view != nil && staleTopology(err) {
+		c.view.refresh()
 	}
 }
 
@@ -43,6 +43,10 @@ func staleTopology(err error) bool {
 		return false
 	}
 	if _, moved := redis.IsMovedError(err); moved {
+		return true
+	}
+	var unmapped *unmappedSlotError
+	if errors.As(err, &unmapped) {
 		return true
 	}
 	if redis.IsReadOnlyError(err) || redis.IsLoadingError(err) || redis.IsClusterDownError(err) ||

@@ -470,7 +470,7 @@ func (w *watchdog) round(locks []*Lock, waiters []*waiter) roundResult {
 	r := roundResult{locks: locks, start: time.Now(), res: make([]int64, len(locks)),
 		other: make([]string, len(locks)), errs: make([]error, len(locks)),
 		waiters: waiters, beats: make([]acquireReply, len(waiters)), beatErr: make([]error, len(waiters))}
-	cmds := execScripts(ctx, w.c.rdb, renewScript, calls)
+	cmds := execScripts(ctx, w.c.rdb, renewScript, calls, w.c.route())
 	r.rtt = time.Since(r.start)
 	var failed error
 	for i, cmd := range cmds {
