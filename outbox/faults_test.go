@@ -57,7 +57,13 @@ func TestRelayPostgresRestart(t *testing.T) {
 		return rawNotify(ctx, db.Pool, "r", 1, "h", outbox.Effect{Destination: rc.URL, Key: "after"}) == nil
 	}, time.Minute, 50*time.Millisecond, "write after the restart")
 	eventually(t, func() bool { return rc.keys()["after"] == 1 }, "delivered after the restart, on NOTIFY")
+	// The relay counts a delivery when its loop takes Send's result, after
+	// the receiver has answered: wait for the count, then for the row to be
+	// gone, and check that nothing was sent twice.
+	eventually(t, func() bool { return r.Stats().Sent == 2 }, "both deliveries counted")
+	eventually(t, func() bool { all, _ := rows(t, db.Pool); return all == 0 }, "both rows deleted")
 	assert.EqualValues(t, 2, r.Stats().Sent)
+	assert.Equal(t, map[string]int{"before": 1, "after": 1}, rc.keys())
 }
 
 // A read-only database: the relay claims nothing (so sends nothing), keeps
