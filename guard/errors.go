@@ -187,9 +187,9 @@ func (e *LeaseLostError) Unwrap() []error {
 	return errs
 }
 
-// migrateCommand is the goose CLI command that installs the fencelock
-// schema, for those who install it outside Go.
-const migrateCommand = `goose -dir migrations -table fencelock_db_version postgres "$DATABASE_URL" up`
+// migrateCommand installs the fencelock schema from a shell, anywhere Go
+// is installed (the goose CLI's -dir needs a checkout of the migrations).
+const migrateCommand = `go run github.com/fencelock/fencelock/cmd/fencectl@latest migrate up --db "$DATABASE_URL"`
 
 // kindError is a sentinel that is also a kind of another one (errors.Is
 // matches both) without repeating the other's text in its message.
