@@ -31,10 +31,12 @@
 //   - fencelock.advance, on its own before BEGIN, the first time this
 //     Store sees a token (it records the token at once: an older holder
 //     can no longer commit over what fn reads; a stale token fails here);
-//   - BEGIN, then fencelock.open, which locks nothing: a stale token, an
-//     applied key, a finished run or a read-only database
-//     (transaction_read_only or default_transaction_read_only on) fail
-//     there, before fn runs;
+//   - BEGIN, then the check: one plain statement that locks nothing and
+//     reads the fence row (with the key and the run when given) and
+//     whether the transaction may write; it calls fencelock.open only to
+//     refuse, so a stale token, an applied key, a finished run or a
+//     read-only database (transaction_read_only or
+//     default_transaction_read_only on) fail there, before fn runs;
 //   - fn;
 //   - fencelock.close, which takes the resource's fence lock (a shared
 //     transaction-level advisory lock, held until COMMIT), checks the

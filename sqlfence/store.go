@@ -75,8 +75,9 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 // token (fencelock.advance, committed on its own; skipped when this Store
 // has already seen the token stored), then BEGINs a READ COMMITTED
 // transaction and checks the token, the key and that the transaction may
-// write (fencelock.open, no lock), so a stale token, an applied key or a
-// read-only database fails before fn runs. The transaction's Commit claims
+// write (a plain statement that locks nothing and calls fencelock.open only
+// to refuse), so a stale token, an applied key or a read-only database
+// fails before fn runs. The transaction's Commit claims
 // the fence and records the key (fencelock.close), then COMMITs.
 func (s *Store) Begin(ctx context.Context, c guard.Claim) (guard.Txn[*sql.Tx], error) {
 	return s.beginOp(ctx, c, pgcore.RunOp{})
