@@ -113,7 +113,8 @@ func TestChaosControl(t *testing.T) {
 
 // TestChaosCluster is the short version of `make chaos`'s cluster run: each
 // cluster fault once (a master killed, stalled, lost with writes its replica
-// missed, cut off from the workers), guard on, and not one violation.
+// missed, cut off from the workers; a replica stopped while another master
+// fails over), guard on, and not one violation.
 func TestChaosCluster(t *testing.T) {
 	t.Parallel()
 	trials := *flagTrials

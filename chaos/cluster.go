@@ -32,10 +32,17 @@ const (
 	// FaultClusterCut cuts every worker's connections to the master
 	// (refused) beyond the lease; the cluster itself still sees the node.
 	FaultClusterCut = "cluster-cut-node"
+	// FaultClusterReplicaStall SIGSTOPs a replica of another master beyond
+	// the lease, and meanwhile moves the master's slots to its replica
+	// (CLUSTER FAILOVER TAKEOVER) and kills the demoted node, so that every
+	// worker must read the slot map again while a node of the cluster
+	// never answers: the stopped replica may cost the moved master's locks
+	// their renewals for the failover's length, and no lock elsewhere.
+	FaultClusterReplicaStall = "cluster-stall-replica"
 )
 
 // ClusterFaultKinds lists the fault kinds of a cluster run, in report order.
-var ClusterFaultKinds = []string{FaultClusterKill, FaultClusterStall, FaultClusterLossy, FaultClusterCut}
+var ClusterFaultKinds = []string{FaultClusterKill, FaultClusterStall, FaultClusterLossy, FaultClusterCut, FaultClusterReplicaStall}
 
 const (
 	// clusterLease is a cluster run's default lease: long enough that a
@@ -232,10 +239,58 @@ func (t *trial) injectCluster(ctx context.Context, f *Fault, rng *rand.Rand) err
 			p.Restore()
 		}
 		f.HealAt = now()
+	case FaultClusterReplicaStall:
+		return t.stallReplicaDuringFailover(ctx, fctx, f, m, scale(1.5, 2.5))
 	default:
 		return fmt.Errorf("unknown cluster fault kind %q", f.Kind)
 	}
 	return nil
+}
+
+// stallReplicaDuringFailover is FaultClusterReplicaStall: a replica of
+// another master than m is stopped for d; meanwhile m's replica takes its
+// slots over and the demoted m is killed (restarted before the next
+// trial), so that calls for its slots are refused until a worker's slot
+// map is read again. f.Node is the stopped replica, f.Param the stall.
+func (t *trial) stallReplicaDuringFailover(ctx, fctx context.Context, f *Fault, m *testenv.ClusterNode, d time.Duration) error {
+	c := t.env.cluster
+	masters, err := c.Masters(fctx)
+	if err != nil {
+		return err
+	}
+	var stopped, heir *testenv.ClusterNode
+	for _, o := range masters {
+		reps, err := o.Replicas(fctx)
+		if err != nil {
+			return err
+		}
+		if len(reps) == 0 {
+			return fmt.Errorf("master %s has no replica", o.Addr)
+		}
+		if o == m {
+			heir = reps[0]
+		} else if stopped == nil {
+			stopped = reps[0]
+		}
+	}
+	if stopped == nil || heir == nil {
+		return errors.New("chaos: no replica of another master to stop")
+	}
+	f.Node, f.Param = stopped.Addr, d
+	f.At = time.Now().UnixNano()
+	if err := stopped.Pause(); err != nil {
+		return err
+	}
+	err = heir.Failover(fctx, testenv.FailoverTakeover)
+	if err == nil {
+		err = m.Kill()
+	}
+	sleepCtx(ctx, time.Until(time.Unix(0, f.At).Add(d)))
+	if rerr := stopped.Resume(); err == nil {
+		err = rerr
+	}
+	f.HealAt = time.Now().UnixNano()
+	return err
 }
 
 // waitAcquire waits until some worker acquired res after from, or until

@@ -219,7 +219,7 @@ func (t *trial) inject(ctx context.Context, kind string, rng *rand.Rand) Fault {
 		sleepCtx(ctx, scale(2, 3))
 		p.pgProxy.Restore()
 		f.HealAt = now()
-	case FaultClusterKill, FaultClusterStall, FaultClusterLossy, FaultClusterCut:
+	case FaultClusterKill, FaultClusterStall, FaultClusterLossy, FaultClusterCut, FaultClusterReplicaStall:
 		err = t.injectCluster(ctx, &f, rng)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", kind)
