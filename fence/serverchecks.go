@@ -59,8 +59,8 @@ func (c *Client) configLogger() *slog.Logger {
 // background, off the release's path.
 func (c *Client) warnPublishRefused(name, refused string) {
 	c.checks.publishWarned.Do(func() {
-		if !c.goBackground(func() { c.logPublishRefused(c.bgCtx, name, refused) }) {
-			c.logPublishRefused(nil, name, refused) // closed: no lookup
+		if !c.goBackground(func() { c.logPublishRefused(c.bgCtx, true, name, refused) }) {
+			c.logPublishRefused(context.Background(), false, name, refused) // closed: no lookup
 		}
 	})
 }
@@ -125,10 +125,10 @@ const whoamiTimeout = time.Second
 // made on Redis 7 gets no channel by default, acl-pubsub-default
 // resetchannels). Redis checks the command before the channels, so after
 // the command is granted a channel may still be refused: the warning says
-// so. The user is the one ACL WHOAMI names; ctx nil: not looked up.
-func (c *Client) logPublishRefused(ctx context.Context, name, refused string) {
+// so. The user is the one ACL WHOAMI names, looked up when lookup is set.
+func (c *Client) logPublishRefused(ctx context.Context, lookup bool, name, refused string) {
 	user, found := "<user>", false // a placeholder, not quoted
-	if ctx != nil {
+	if lookup {
 		ctx, cancel := context.WithTimeout(ctx, whoamiTimeout)
 		pipe := c.rdb.Pipeline() // RedisClient has no Do
 		who := pipe.Do(ctx, "ACL", "WHOAMI")

@@ -235,7 +235,7 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 		// cancel it): say so, the caller's next step depends on it.
 		return Result{}, fail(err)
 	}
-	return Result{Resource: c.Resource, Token: c.Token, Holder: c.Holder, Key: c.Key}, nil
+	return Result(c), nil
 }
 
 // CommitTimeout bounds a commit that is already on its way when the lease

@@ -89,6 +89,7 @@ func (c *dbConn) failure(err error) error {
 	if e := pgFailure(c.src, c.cfg.ConnConfig.User, c.timeout, err); e != nil {
 		return e
 	}
+	//lint:ignore ST1005 a name: fencectl prints it after its own "fencectl: " prefix
 	return fmt.Errorf("Postgres at %s: %w", c.display, err)
 }
 
