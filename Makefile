@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: test demo deps deps-bench vet tidy chaos bench
+.PHONY: test flakes demo deps deps-bench vet tidy chaos bench
 
 # deps: redis-server and pgbouncer from Debian when missing (root), or a clear stop.
 # Postgres 15 server binaries are expected at /usr/lib/postgresql/15/bin.
@@ -79,19 +79,23 @@ tidy:
 	  fi; \
 	done; exit $$fail
 
-# The one test command: vet and tidiness of every module; fencectl run
-# from an empty module (.ci/installcheck.go); then every package of every
-# module under the race detector: the library, the short chaos suite
-# (chaos/: every fault kind once on each topology), the benchmark harness
-# at toy sizes (bench/), the OpenTelemetry module (otel/, with the
-# Prometheus example and its scripted late writer) and the sqlx/gorm
-# example.
-test: deps vet tidy
-	$(GO) run .ci/installcheck.go
-	@set -e; for m in $(MODULES); do \
-	  echo "go test -race ./... ($$m)"; \
-	  (cd $$m && $(GO) test -race -count=1 -timeout 9m ./...); \
-	done
+# The one test command: the tidiness of every module, then (tools/cmd/suite,
+# see docs/testing.md) go vet -race, staticcheck and every package of every
+# module under the race detector, side by side: the library, the short chaos
+# suite (chaos/: every fault kind once on each topology), the benchmark
+# harness at toy sizes (bench/), the OpenTelemetry module, the example
+# modules, and the install check (.ci/installcheck.go: fencectl runs from an
+# empty module). It prints each package's time against its budget in
+# docs/testing.md.
+test: deps tidy
+	cd tools && $(GO) run ./cmd/suite -root ..
+
+# flakes: the tests again and again under the load of the whole suite, with
+# a table of the runs each package survived and the tests that failed.
+# RUNS=n (default 5); PKG=./dir runs that package RUNS times while the whole
+# suite runs beside it, RUN=regexp its tests only.
+flakes: deps
+	cd tools && $(GO) run ./cmd/suite -root .. -runs $(or $(RUNS),5) $(if $(PKG),-pkg $(PKG)) $(if $(RUN),-run '$(RUN)')
 
 demo: deps
 	$(GO) run ./examples/inventory-sync
