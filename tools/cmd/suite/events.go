@@ -27,6 +27,12 @@ type pkgResult struct {
 	Skipped bool // no test files
 	Elapsed time.Duration
 	Failed  []testFailure // the failing tests, or one without a name for a package that failed outside them
+	Tests   []testTime    // the top-level tests' times
+}
+
+type testTime struct {
+	Test    string
+	Elapsed time.Duration
 }
 
 type testFailure struct {
@@ -41,11 +47,13 @@ type parser struct {
 	done   func(pkgResult)
 	output map[string]*strings.Builder // by package + "\x00" + test
 	failed map[string][]string         // failing tests by package, in order
+	times  map[string][]testTime       // top-level tests' times by package
 	any    bool
 }
 
 func newParser(module string, done func(pkgResult)) *parser {
-	return &parser{module: module, done: done, output: map[string]*strings.Builder{}, failed: map[string][]string{}}
+	return &parser{module: module, done: done, output: map[string]*strings.Builder{}, failed: map[string][]string{},
+		times: map[string][]testTime{}}
 }
 
 func (p *parser) read(r io.Reader) {
@@ -70,6 +78,12 @@ func (p *parser) handle(e event) {
 			p.output[key] = b
 		}
 		b.WriteString(e.Output)
+	case "fail", "pass":
+		if e.Test != "" && !strings.Contains(e.Test, "/") {
+			p.times[e.Package] = append(p.times[e.Package], testTime{e.Test, time.Duration(e.Elapsed * float64(time.Second))})
+		}
+	}
+	switch e.Action {
 	case "fail":
 		if e.Test != "" {
 			p.failed[e.Package] = append(p.failed[e.Package], e.Test)
@@ -107,7 +121,9 @@ func (p *parser) finish(e event, passed bool) {
 			delete(p.output, k)
 		}
 	}
+	r.Tests = p.times[e.Package]
 	delete(p.failed, e.Package)
+	delete(p.times, e.Package)
 	p.done(r)
 }
 

@@ -138,12 +138,34 @@ func (p *printer) summary(res *results, b budgets) {
 		top = append(top, fmt.Sprintf("%s %.0fs", s.dir, s.d.Seconds()))
 	}
 	p.printf("suite: %d packages; slowest: %s\n", len(all), strings.Join(top, ", "))
+	p.printf("suite: slowest tests: %s\n", strings.Join(slowestTests(res, 8), ", "))
 	if len(over) > 0 {
 		p.printf("suite: over their budget in docs/testing.md (on this machine; a new test must fit its package's budget): %s\n", strings.Join(over, "; "))
 	}
 	if len(missing) > 0 {
 		p.printf("suite: no budget in docs/testing.md for: %s (add a row)\n", strings.Join(missing, ", "))
 	}
+}
+
+func slowestTests(res *results, n int) []string {
+	type tt struct {
+		name string
+		d    time.Duration
+	}
+	var all []tt
+	for _, pkg := range res.packages() {
+		for _, r := range res.of(pkg) {
+			for _, t := range r.Tests {
+				all = append(all, tt{dirOf(pkg) + "." + t.Test, t.Elapsed})
+			}
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].d > all[j].d })
+	var out []string
+	for _, t := range all[:min(n, len(all))] {
+		out = append(out, fmt.Sprintf("%s %.0fs", t.name, t.d.Seconds()))
+	}
+	return out
 }
 
 // flakeTable ends make flakes: per package, the runs it survived and the

@@ -52,6 +52,9 @@ func TestParser(t *testing.T) {
 	if len(o.Failed) != 1 || o.Failed[0].Test != "TestA/sub" || !strings.Contains(o.Failed[0].Output, "expected 2, actual 1") {
 		t.Errorf("outbox's failures: %+v", o.Failed)
 	}
+	if len(o.Tests) != 2 || o.Tests[0].Test != "TestA" || o.Tests[1].Elapsed != 200*time.Millisecond {
+		t.Errorf("outbox's top-level test times: %+v", o.Tests)
+	}
 	if f := got[1]; f.Passed || len(f.Failed) != 1 || f.Failed[0].Test != "" || !strings.Contains(f.Failed[0].Output, "panic: boom") {
 		t.Errorf("fence: %+v", f)
 	}
