@@ -67,9 +67,13 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 	if err != nil {
 		return nil, err
 	}
+	return c.acquire(ctx, name, keysFor(cfg.prefix, name), cfg)
+}
+
+// acquire is Acquire, and a Campaign (cfg.campaign), after validation.
+func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (*Lock, error) {
 	start := time.Now()
 	holder := holderFor(cfg)
-	k := keysFor(cfg.prefix, name)
 	// Every attempt, the first too, is bounded by the wait's end: an
 	// attempt that meets an outage (dials retried with backoff) ends with
 	// the wait, not at ctx's later deadline.
@@ -113,8 +117,14 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 
 // waitContext is the context that bounds an Acquire: ctx, ended at the
 // wait limit when WithWaitLimit was given or ctx has no deadline (so that
-// a wait always ends).
+// a wait always ends). A Campaign waits for as long as ctx lets it, unless
+// WithWaitLimit was given: a standby candidate waits for the leader's
+// end, however long the leader lives (a campaign cut off from Redis ends
+// by itself, see waiter.answered).
 func waitContext(ctx context.Context, cfg config, start time.Time) (context.Context, context.CancelFunc) {
+	if cfg.campaign != nil && !cfg.waitLimitSet {
+		return ctx, func() {}
+	}
 	if _, has := ctx.Deadline(); cfg.waitLimitSet || !has {
 		return context.WithDeadlineCause(ctx, start.Add(cfg.waitLimit), cfg.waitLimitErr)
 	}
@@ -240,9 +250,31 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return oneline.Join(ferr, lost)
 }
 
-// acquireArgs are acquire.lua's arguments (see there and queue.lua).
+// acquireArgs are acquire.lua's arguments (see there and queue.lua); a
+// candidate's value follows, except in a heartbeat (the queue has it).
 func acquireArgs(cfg config, holder string, m mode) []any {
+	if cfg.campaign != nil && m != modeBeat {
+		return []any{holder, cfg.leaseArg, cfg.modeArgs[m], cfg.campaign.value}
+	}
 	return []any{holder, cfg.leaseArg, cfg.modeArgs[m]}
+}
+
+// scriptsOf are the scripts of an acquisition: the client's, or its
+// election's for a Campaign.
+func (c *Client) scriptsOf(cfg *config) *scriptSet {
+	if cfg.campaign != nil {
+		return cfg.campaign.e.scripts
+	}
+	return c.scripts
+}
+
+// scriptKeysOf are the keys of acquire.lua, release.lua and leave.lua for
+// an acquisition: the lock's, or its election's six.
+func scriptKeysOf(k keys, cfg *config) []string {
+	if cfg.campaign != nil {
+		return cfg.campaign.e.keys
+	}
+	return k.scriptKeys()
 }
 
 // attempt runs the acquire script once, in mode (modeTry or modeWait).
@@ -252,7 +284,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 	if err := ctx.Err(); err != nil {
 		return nil, acquireReply{}, unsentError{err} // a done ctx sends nothing
 	}
-	call := scriptCall{keys: k.scriptKeys(), args: acquireArgs(cfg, holder, m)}
+	call := scriptCall{keys: scriptKeysOf(k, &cfg), args: acquireArgs(cfg, holder, m)}
 	start := time.Now()
 	var (
 		rep  acquireReply
@@ -263,7 +295,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 		rep, acks, err = c.acquireAndWait(ctx, call, cfg)
 	} else {
 		var v any
-		v, err = c.runScript(ctx, c.scripts.acquire, call.keys, call.args...).Result()
+		v, err = c.runScript(ctx, c.scriptsOf(&cfg).acquire, call.keys, call.args...).Result()
 		if err == nil {
 			rep, err = parseAcquire(v)
 		}
@@ -276,7 +308,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 		return nil, rep, nil
 	}
 	if cfg.replicas > 0 && acks < int64(cfg.replicas) {
-		c.releaseValue(ctx, name, k, rep.value)
+		c.releaseValue(ctx, name, k, &cfg, rep.value)
 		return nil, acquireReply{}, &ReplicaSyncError{Name: name, Want: cfg.replicas, Got: int(acks), Timeout: cfg.replicaTimeout}
 	}
 	l, err := c.adopt(ctx, name, k, cfg, rep.value, start, cfg.lease, rep.reacquired)
@@ -297,8 +329,11 @@ func (c *Client) adopt(ctx context.Context, name string, k keys, cfg config, val
 	l := &Lock{c: c, name: name, keys: k, holder: holderOf(value), token: tok,
 		value: value, valueArg: value, leaseArg: cfg.leaseArg, fixed: cfg.fixed,
 		acquiredAt: start, lease: cfg.lease, renewAt: start.Add(px / 3), idx: -1}
-	l.scriptKeys = k.scriptKeys()
+	l.scriptKeys = scriptKeysOf(k, &cfg)
 	l.keyArgs = l.scriptKeys[:1:1]
+	if cfg.campaign != nil {
+		l.elect = cfg.campaign.e
+	}
 	// The lock's context carries ctx's values (trace ids), not its
 	// cancellation; no goroutine: the parent never ends.
 	l.vctx = ctx
@@ -388,9 +423,9 @@ func (c *Client) acquireAndWait(ctx context.Context, call scriptCall, cfg config
 		pipe := node.Pipeline()
 		var acq *redis.Cmd
 		if try == 0 {
-			acq = c.scripts.acquire.EvalSha(ctx, pipe, call.keys, call.args...)
+			acq = c.scriptsOf(&cfg).acquire.EvalSha(ctx, pipe, call.keys, call.args...)
 		} else { // EVAL loads the script without SCRIPT LOAD (see execScripts)
-			acq = c.scripts.acquire.Eval(ctx, pipe, call.keys, call.args...)
+			acq = c.scriptsOf(&cfg).acquire.Eval(ctx, pipe, call.keys, call.args...)
 		}
 		wait := pipe.Do(ctx, "wait", cfg.replicas, cfg.replicaTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)

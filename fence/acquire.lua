@@ -37,6 +37,7 @@ if not beat and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   -- Free, nobody queued.
   local v = next_token() .. ':' .. me
   redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
+  --elect began(v, me, ARGV[2], ARGV[4])
   return v
 end
 
@@ -48,6 +49,7 @@ local function wait_here(q)
   end
   local liveness, grant_lease = string.match(ARGV[3], ':(%d+):(%d+)$')
   if q.keep(me, tonumber(liveness), grant_lease, not beat) then
+    --elect candidate(me, not beat and ARGV[4] or nil)
     return 1
   end
   return 0
@@ -63,6 +65,7 @@ if cur then
     if redis.call('HDEL', KEYS[4], me) == 1 then
       redis.call('LREM', KEYS[3], 1, me)
     end
+    --elect if ARGV[4] then proclaim(cur, ARGV[4]) end
     return {2, cur}
   end
   local queued = wait_here(queue())
@@ -80,6 +83,7 @@ if id == me or (id == nil and not more and not beat) then
   end
   local v = next_token() .. ':' .. me
   redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
+  --elect began(v, me, ARGV[2], ARGV[4])
   return v
 end
 local pttl = 0

@@ -78,6 +78,8 @@ type Client struct {
 	// lock key: a lock leaves it when it ends, so a client that lets
 	// fixed-lease locks expire keeps nothing of them.
 	locks map[string]*Lock
+	// watches are the elections observed (Observe), by events channel.
+	watches map[string]*watch
 
 	checks serverChecks // see serverchecks.go
 	// view keeps a cluster client's calls off stopped nodes

@@ -120,6 +120,74 @@
 // only the locks still valid. A nil *Lock answers every method: getters
 // return zero values, the others [ErrNotHeld].
 //
+// # Elections
+//
+// [Client.Election] returns a leader election on a name: [Election.Campaign]
+// waits until its caller leads and returns the term, a [*Lock] of the
+// election's name whose token is the term's fencing token. A term is a
+// lock in every way: its context ([Lock.Context]) ends the moment the
+// leadership does (resigned, lost, max hold, client closed), its token goes
+// with the leader's writes, and package guard refuses the writes of a term
+// that a later one superseded, whatever the old leader believes. Its
+// Release resigns: the release script hands the term to the next
+// candidate, who leads when the message arrives, with no lease-long gap.
+// Candidates wait in the lock's queue, so they are served in the order they
+// campaigned, across processes (see "Waiting").
+//
+// A term has a lease of its own, [DefaultTermLease] (5 s) unless the
+// Election's options give [WithLease] (the client's lease does not apply),
+// renewed every lease/3 by the watchdog while the leader lives. A leader
+// that dies, pauses or is cut off loses its term when the lease runs out
+// (its last renewal plus the lease), and the first candidate leads within
+// that lease plus one heartbeat (liveness/3): it polls when the lease runs
+// out, and heartbeats anyway. A campaign waits for as long as its context
+// lets it (no default wait limit: a standby waits for the leader's end),
+// through short outages and failovers; a candidate whose calls fail for a
+// whole liveness period has lost its place in the queue, and its Campaign
+// ends with an error matching [ErrNotAcquired] that names the last error.
+// A Campaign returns only a term Redis granted it; after Redis lost its
+// data a candidate joins the queue again, and its term's token is greater
+// than every earlier one's (see "Tokens").
+//
+// The leader's value (an address, say, at most [MaxValueLen] bytes) is set
+// by Campaign and changed by [Election.Proclaim], without a new term;
+// [Election.Leader] reads the leader, its value and what is left of its
+// lease. [Election.Observe] follows the election: the current state first,
+// then every change in order, vacancies included, each a [LeaderEvent]
+// with the holder, token and value. Every change is published by the
+// script that makes it (a new term, a proclaim, a resignation), with the
+// token of the term before and how it ended, so an observer needs no read
+// and can tell that it saw every term. A term that expires is published by
+// no one (Redis runs no script at an expiry): an observer reads the
+// election when the term it knows would expire (its lease, then the TTL
+// each read finds, since renewals move it), and reports the vacancy then,
+// no later than the lease after the leader's last renewal; a candidate
+// that takes the term after an expiry says so in the new term's record.
+// An observer cut off from Redis says so (an event with Err) and, once it
+// can read again, reports the state, marked Missed when terms may have
+// come and gone unseen (a Redis restart without persistence, say).
+// Observers of one election on one client share one subscription.
+//
+// An election is the lock of its name, plus two keys (see "Keys and
+// scripts"); [Client.Acquire] of that name would compete with the
+// candidates but change no record, so observers would not see it: use
+// Campaign. Its scripts are the lock's with the election's lines made
+// code, so plain locks pay nothing for elections.
+//
+// The shape is etcd's concurrency.Election (Campaign, Proclaim, Resign,
+// Leader, Observe) over our [Lock], with three differences. Fencing: a
+// term's token is checked by the database (package guard), so a leader
+// that was paused past its lease cannot write over its successor, which
+// neither etcd's Election nor client-go's leaderelection guarantee
+// (client-go says in its documentation that it does not ensure a single
+// acting leader; its leader-only work must watch the leader's context,
+// as work under a term's [Lock.Context] does). Vacancies: Observe reports
+// a resignation and an expiry, where etcd's Observe reports only the next
+// leader. Lost connections: a candidate cut off from Redis ends its
+// Campaign with an error, and an observer says it cannot see, where an
+// etcd Campaign whose session expired may go on waiting and later report
+// leadership without a lease.
+//
 // # Observing
 //
 // [WithObserver] takes any value that implements some of
@@ -186,6 +254,17 @@
 //     "grant:<server µs>:<token>:<holder>" (SPUBLISH on a cluster), a
 //     release with nobody queued the released value.
 //
+// An election adds, for its name:
+//   - <prefix>{<name>}:v, the record of the last term: a string
+//     "<state><how>:<token>:<seq>:<prev>:<lease ms>:<holder length>:<holder><value>"
+//     (state L leading, R resigned; prev the term before and how it
+//     ended; see elect.lua), expiring 30 days after its last change, as
+//     the counter;
+//   - <prefix>{<name>}:cv, the candidates' values: a hash from holder id
+//     to value while they wait, expiring with the queue;
+//   - <prefix>{<name>}:ev, the channel of the records: every change of
+//     the record is published whole (SPUBLISH on a cluster).
+//
 // So a held lock costs two short keys, each waiter a list entry and a hash
 // field of about its holder id's length, and every name used in the last
 // 30 days one key (its counter): high-cardinality names (one lock per
@@ -193,7 +272,9 @@
 //
 // The scripts: acquire.lua (acquire, or queue, or a waiter's heartbeat),
 // release.lua (release and hand over), leave.lua (a waiter leaves; a
-// handover that raced it is passed on), renew.lua and raise.lua. The first
+// handover that raced it is passed on), renew.lua and raise.lua; for
+// elections elect.lua (put in front of the first three, whose "--elect"
+// lines it makes code), proclaim.lua and leader.lua (a read). The first
 // three share queue.lua: the token rule, the queue, and the handover, so
 // that an acquisition and a handover issue tokens by the same code. They
 // exist twice, notifying with PUBLISH or (on a cluster) SPUBLISH, and each

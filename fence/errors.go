@@ -9,18 +9,20 @@ import (
 
 var (
 	// ErrNotAcquired is returned by [Client.TryAcquire] when another holder
-	// has the lock, and by TryAcquire, [Client.Acquire] and [Client.Do]
-	// when ctx is done or the wait ended (the error then also matches ctx's
-	// error, or the wait limit's), or when replica sync failed (inside a
-	// [*ReplicaSyncError]).
+	// has the lock, and by TryAcquire, [Client.Acquire], [Client.Do] and
+	// [Election.Campaign] when ctx is done or the wait ended (the error then
+	// also matches ctx's error, or the wait limit's), or when replica sync
+	// failed (inside a [*ReplicaSyncError]); by Campaign also when its
+	// candidate was cut off from Redis for its liveness.
 	ErrNotAcquired = errors.New("fence: lock not acquired")
 
 	// ErrNotHeld is returned by [Lock.Release] and [Lock.Refresh] when the
 	// lock is no longer ours: on the server (it expired, was deleted, or
 	// another holder has it), or locally (a second Release; a lock that
 	// was released, lost, closed or reached its max hold, whose own error
-	// — [Lock.Err] — the returned error matches too). Every method of a
-	// nil *Lock that returns an error returns it.
+	// — [Lock.Err] — the returned error matches too); and by
+	// [Election.Proclaim] for such a term. Every method of a nil *Lock
+	// that returns an error returns it.
 	ErrNotHeld = errors.New("fence: lock not held")
 
 	// ErrLockLost is matched by the cause of a lock's context (see
@@ -43,14 +45,20 @@ var (
 	// released.
 	ErrClosed = errors.New("fence: client closed")
 
-	// ErrInvalidName is returned by [Client.Acquire], [Client.TryAcquire]
-	// and [Client.Do] for a lock name that cannot be used; the message says
-	// why.
+	// ErrInvalidName is returned by [Client.Acquire], [Client.TryAcquire],
+	// [Client.Do] and [Client.Election] for a name that cannot be used; the
+	// message says why.
 	ErrInvalidName = errors.New("fence: invalid lock name")
 
+	// ErrNoLeader is returned by [Election.Leader] when the election has
+	// no leader: no term holds its lock (the message says how the last
+	// term known ended).
+	ErrNoLeader = errors.New("fence: no leader")
+
 	// ErrInvalidOption is returned by [New], [Client.Acquire],
-	// [Client.TryAcquire], [Client.Do] and [Lock.Refresh] for an option
-	// value that cannot be used; the message says which and why.
+	// [Client.TryAcquire], [Client.Do], [Lock.Refresh], [Client.Election],
+	// [Election.Campaign] and [Election.Proclaim] for an option or value
+	// that cannot be used; the message says which and why.
 	ErrInvalidOption = errors.New("fence: invalid option")
 )
 
@@ -179,4 +187,12 @@ func ended(l *Lock, when string, cause error) error {
 		text = "lock lost: " + le.why() // the name and token are given already
 	}
 	return &endedError{msg: fmt.Sprintf("%v: %q token %d %s: %s", ErrNotHeld, l.name, l.token, when, text), cause: cause}
+}
+
+// cutOffErr is the error of a campaign whose calls failed for a whole
+// liveness period (see waiter.answered): it matches [ErrNotAcquired] and
+// the last error.
+func cutOffErr(name string, liveness time.Duration, last error) error {
+	return fmt.Errorf("%w: campaign %q: Redis has not answered for longer than the candidate's liveness (%v), so its place in the "+
+		"queue is gone; campaign again once Redis answers; last error: %w", ErrNotAcquired, name, liveness, last)
 }

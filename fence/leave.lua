@@ -7,6 +7,7 @@
 -- Returns 0 left, or what release.lua returns when it passed on a
 -- handover.
 local me = ARGV[1]
+--elect redis.call('HDEL', KEYS[6], me)
 if redis.call('HDEL', KEYS[4], me) == 1 then
   redis.call('LREM', KEYS[3], 1, me)
 end

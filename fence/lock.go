@@ -27,6 +27,9 @@ type Lock struct {
 	keyArgs    []string
 	valueArg   any
 	fixed      bool
+	// elect is the election whose term this is (Campaign), nil for a
+	// lock: its release is the election's script.
+	elect *Election
 
 	acquiredAt time.Time
 	vctx       context.Context // the acquiring call's values, never cancelled: observers' ctx

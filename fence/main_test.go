@@ -25,6 +25,10 @@ func TestMain(m *testing.M) {
 		waiterProcess() // a child of the waiter-crash tests
 		return
 	}
+	if os.Getenv(leaderProcEnv) != "" {
+		leaderProcess() // a child of the election tests
+		return
+	}
 	testenv.Main(m)
 }
 

@@ -122,6 +122,7 @@ type psOp struct {
 type psChannel struct {
 	node      *psNode   // nil until a node could be resolved
 	waiters   []*waiter // by arrival in this client
+	watch     *watch    // an election's observers (its events channel); nil for a lock's channel
 	confirmed chan struct{}
 	isConf    bool
 	moved     bool      // subscribed on another node, unconfirmed: missed messages
@@ -193,13 +194,45 @@ func (n *notifier) unregister(w *waiter) (newFirst *waiter) {
 		}
 		return nil
 	}
-	if !n.closed {
+	if !n.closed && pc.watch == nil {
 		now := time.Now()
 		n.sweepLocked(now)
 		pc.idleSince = now
 		n.idle = append(n.idle, idleChannel{w.k.channel, now})
 	}
 	return nil
+}
+
+// addWatch makes wt the observer of channel (an election's events); the
+// caller subscribes it.
+func (n *notifier) addWatch(channel string, wt *watch) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pc := n.chans[channel]
+	if pc == nil {
+		pc = &psChannel{confirmed: make(chan struct{})}
+		n.chans[channel] = pc
+	}
+	pc.idleSince = time.Time{}
+	pc.watch = wt
+}
+
+// removeWatch takes wt off channel, which lingers subscribed like a
+// waiter's.
+func (n *notifier) removeWatch(channel string, wt *watch) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pc := n.chans[channel]
+	if pc == nil || pc.watch != wt {
+		return
+	}
+	pc.watch = nil
+	if len(pc.waiters) == 0 && !n.closed {
+		now := time.Now()
+		n.sweepLocked(now)
+		pc.idleSince = now
+		n.idle = append(n.idle, idleChannel{channel, now})
+	}
 }
 
 // first reports whether w is this client's first waiter of its name.
@@ -497,6 +530,10 @@ func (n *notifier) confirm(nd *psNode, channel string) {
 	delete(n.unconfirmed, channel) // also absorbs resubscriptions after a reconnect
 	pc := n.chans[channel]
 	var missed []*waiter
+	var wt *watch
+	if pc != nil && pc.node == nd {
+		wt = pc.watch // subscribed, or again: it reads the election
+	}
 	switch {
 	case pc == nil || pc.node != nd:
 	case !pc.isConf:
@@ -514,6 +551,9 @@ func (n *notifier) confirm(nd *psNode, channel string) {
 		missed = slices.Clone(pc.waiters)
 	}
 	n.mu.Unlock()
+	if wt != nil {
+		wt.confirmed()
+	}
 	n.c.wd.beatSoon(missed...)
 }
 
@@ -522,9 +562,15 @@ func (n *notifier) confirm(nd *psNode, channel string) {
 // nobody queued at the time) makes this client's first waiter of the
 // name heartbeat, which takes the lock or hands it to the queue's head.
 func (n *notifier) dispatch(channel, payload string) {
-	at, value, grant := parseGrant(payload)
 	n.mu.Lock()
 	pc := n.chans[channel]
+	if pc != nil && pc.watch != nil {
+		wt := pc.watch
+		n.mu.Unlock()
+		wt.message(payload)
+		return
+	}
+	at, value, grant := parseGrant(payload)
 	if pc == nil || len(pc.waiters) == 0 {
 		n.mu.Unlock()
 		return
@@ -594,6 +640,7 @@ func (n *notifier) fail(nd *psNode, err error) {
 		nd.broken, nd.err = true, err
 	}
 	var missed []*waiter
+	var watches []*watch
 	for _, pc := range n.chans {
 		if pc.node != nd {
 			continue
@@ -605,8 +652,14 @@ func (n *notifier) fail(nd *psNode, err error) {
 			}
 		}
 		missed = append(missed, pc.waiters...)
+		if pc.watch != nil {
+			watches = append(watches, pc.watch)
+		}
 	}
 	n.mu.Unlock()
+	for _, wt := range watches {
+		wt.broken()
+	}
 	n.c.wd.beatSoon(missed...)
 }
 
@@ -638,11 +691,16 @@ func (n *notifier) unsubscribed(nd *psNode, channel string) {
 	pc := n.chans[channel]
 	unasked := pc != nil && pc.node == nd && pc.isConf && n.unconfirmed[channel] == 0
 	var missed []*waiter
+	var wt *watch
 	if unasked {
 		pc.stale = true
 		missed = slices.Clone(pc.waiters)
+		wt = pc.watch
 	}
 	n.mu.Unlock()
+	if wt != nil {
+		wt.broken() // polls until the channel is subscribed on its new master
+	}
 	if unasked {
 		if cc, ok := n.c.rdb.(*redis.ClusterClient); ok {
 			cc.ReloadState(context.Background())

@@ -85,6 +85,9 @@ type config struct {
 	logSet         bool         // WithLogger given: losses and renewal failures are logged
 	observers      []Observer
 	holder         string
+	// campaign is set for a Campaign call: its election and value (nil
+	// for a lock).
+	campaign *campaign
 	// given names, per setting, the option that set it in the list being
 	// applied: a second option for the same setting in one list is a
 	// contradiction (WithLease and WithFixedLease, say), not "last wins".

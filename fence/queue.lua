@@ -18,6 +18,9 @@
 -- A holder id is in the queue iff it has a field in the waiters hash: a
 -- list entry without one is dropped when it reaches the head.
 --
+-- Lines that start with "--elect " are comments here and code in an
+-- election's scripts (see elect.lua): a lock pays nothing for them.
+--
 -- Every call defines only now, next_token and queue; the queue's
 -- functions are made by queue(), called only on the paths that find a
 -- queue: each function defined costs every call that runs the
@@ -141,6 +144,7 @@ local function queue()
   function q.grant(id, lease)
     local v = next_token() .. ':' .. id
     redis.call('SET', KEYS[1], v, 'PX', lease)
+    --elect began(v, id, lease)
     local _, at = now()
     return v, notify('grant:' .. at .. ':' .. v)
   end
@@ -157,6 +161,7 @@ local function queue()
   -- first is the head, already popped by the caller (nil: pop it here).
   -- Returns what release.lua returns.
   function q.pass_on(v, first)
+    --elect handing = v
     local id = first
     for _ = 1, skip_max do
       id = id or redis.call('LPOP', KEYS[3])
@@ -183,6 +188,7 @@ local function queue()
   -- value (release.lua does the same without the queue's functions).
   function q.free(v)
     redis.call('DEL', KEYS[1])
+    --elect resigned(v)
     local published, err = notify(v)
     if published then
       return 1

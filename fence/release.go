@@ -48,8 +48,14 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
+// releaseCall is l's release: release.lua, the election's for a term
+// (nil script: the client's, which the caller passes).
 func (l *Lock) releaseCall() scriptCall {
-	return scriptCall{keys: l.scriptKeys, args: []any{l.valueArg}}
+	call := scriptCall{keys: l.scriptKeys, args: []any{l.valueArg}}
+	if l.elect != nil {
+		call.script = l.elect.scripts.release
+	}
+	return call
 }
 
 // release runs the release script for l, detached from ctx's
@@ -63,7 +69,7 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 	defer cancel()
 	call := l.releaseCall()
 	sent := time.Now()
-	rep, err := parseRelease(c.runScript(ctx, c.scripts.release, call.keys, call.args...))
+	rep, err := parseRelease(c.runScript(ctx, call.scriptOr(c.scripts.release), call.keys, call.args...))
 	if err != nil {
 		c.refreshTopology(err)
 		return fmt.Errorf("fence: release %q: %w", l.name, c.withFix(err))
@@ -74,11 +80,11 @@ func (c *Client) release(ctx context.Context, l *Lock) error {
 // releaseValue releases a lock value this client holds on the server but
 // did not make a Lock of (a replica sync that fell short), passing it on
 // like a release; errors are dropped: the lock then expires.
-func (c *Client) releaseValue(ctx context.Context, name string, k keys, value string) {
+func (c *Client) releaseValue(ctx context.Context, name string, k keys, cfg *config, value string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	sent := time.Now()
-	rep, err := parseRelease(c.runScript(ctx, c.scripts.release, k.scriptKeys(), value))
+	rep, err := parseRelease(c.runScript(ctx, c.scriptsOf(cfg).release, scriptKeysOf(k, cfg), value))
 	if err == nil && rep.handedOver() {
 		c.notify.handedTo(k.channel, rep.value, sent)
 	}

@@ -23,6 +23,7 @@ end
 -- The released value is published as versions without handover publish
 -- it: their waiters wake on any message.
 redis.call('DEL', KEYS[1])
+--elect resigned(ARGV[1])
 local r = redis.pcall(publish, KEYS[1] .. ':ch', ARGV[1])
 if type(r) == 'table' and r.err then
   return {2, r.err}

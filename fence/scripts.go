@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -24,11 +25,19 @@ var (
 	renewLua string
 	//go:embed raise.lua
 	raiseLua string
+	//go:embed elect.lua
+	electLua string
+	//go:embed proclaim.lua
+	proclaimLua string
+	//go:embed leader.lua
+	leaderLua string
 
 	// Wrapped once; Run sends EVALSHA and falls back to EVAL.
-	scriptSets  = [2]scriptSet{newScriptSet("PUBLISH"), newScriptSet("SPUBLISH")}
-	renewScript = redis.NewScript(renewLua)
-	raiseScript = redis.NewScript(raiseLua)
+	scriptSets   = [2]scriptSet{newScriptSet("PUBLISH", false), newScriptSet("SPUBLISH", false)}
+	electSets    = [2]scriptSet{newScriptSet("PUBLISH", true), newScriptSet("SPUBLISH", true)}
+	renewScript  = redis.NewScript(renewLua)
+	raiseScript  = redis.NewScript(raiseLua)
+	leaderScript = redis.NewScript(leaderLua)
 )
 
 // scriptSet is acquire.lua, release.lua and leave.lua for one way of
@@ -37,17 +46,37 @@ var (
 // follow one token rule. The command is a line in front of queue.lua
 // rather than an argument of every call: each argument costs the server
 // more than the line does.
+//
+// An election's set (elect) is the same scripts with elect.lua in front of
+// queue.lua and their "--elect " lines made code, plus proclaim.lua: a
+// script per kind again, so that a lock's scripts carry nothing of
+// elections, not even a test.
 type scriptSet struct {
 	acquire, release, leave *redis.Script
+	proclaim                *redis.Script // elections only
 }
 
-func newScriptSet(publish string) scriptSet {
-	head := "local publish = '" + publish + "'\n" + queueLua
-	return scriptSet{
-		acquire: redis.NewScript(head + acquireLua),
-		release: redis.NewScript(head + releaseLua),
-		leave:   redis.NewScript(head + leaveLua),
+// electLine is the marker of a line that is code only in an election's
+// scripts (see elect.lua).
+var electLine = regexp.MustCompile(`(?m)^(\s*)--elect `)
+
+func newScriptSet(publish string, elect bool) scriptSet {
+	head := "local publish = '" + publish + "'\n"
+	body := func(s string) string { return s }
+	if elect {
+		head += electLua
+		body = func(s string) string { return electLine.ReplaceAllString(s, "$1") }
 	}
+	queue := head + body(queueLua)
+	set := scriptSet{
+		acquire: redis.NewScript(queue + body(acquireLua)),
+		release: redis.NewScript(queue + body(releaseLua)),
+		leave:   redis.NewScript(queue + body(leaveLua)),
+	}
+	if elect {
+		set.proclaim = redis.NewScript(head + proclaimLua)
+	}
+	return set
 }
 
 // scriptsFor returns the scripts of a client: sharded (a cluster) or not.
@@ -56,6 +85,14 @@ func scriptsFor(sharded bool) *scriptSet {
 		return &scriptSets[1]
 	}
 	return &scriptSets[0]
+}
+
+// electScriptsFor returns the scripts of an election of a client.
+func electScriptsFor(sharded bool) *scriptSet {
+	if sharded {
+		return &electSets[1]
+	}
+	return &electSets[0]
 }
 
 // Renewal outcomes returned by renew.lua.

@@ -42,15 +42,16 @@ type waiter struct {
 	// value, start, px and reacq describe the lock once granted: its value,
 	// the local time its lease counts from, and that lease (a handover's
 	// may be shorter than cfg.lease, see grantLease).
-	value   string
-	start   time.Time
-	px      time.Duration
-	reacq   bool
-	fatal   error         // failed: the Redis error that ends the wait
-	lastErr error         // the last transient error, nil after an answer
-	backoff time.Duration // the pause before the next call after a transient error
-	pttl    int64         // the holder's remaining lease in the last answer
-	joined  bool          // in the queue, as far as the last answer says
+	value    string
+	start    time.Time
+	px       time.Duration
+	reacq    bool
+	fatal    error         // failed: the Redis error that ends the wait
+	lastErr  error         // the last transient error, nil after an answer
+	errSince time.Time     // when the calls began to fail (the first of the errors since the last answer)
+	backoff  time.Duration // the pause before the next call after a transient error
+	pttl     int64         // the holder's remaining lease in the last answer
+	joined   bool          // in the queue, as far as the last answer says
 	// syncAt and syncSrv date a handover message: the last answered call
 	// was sent at syncAt and ran at syncSrv (server µs), so the handover
 	// at server time t happened no earlier than syncAt + (t - syncSrv).
@@ -168,6 +169,9 @@ func (w *waiter) outcome(ctx context.Context) (l *Lock, err error, end bool) {
 		return l, err, true
 	case failed:
 		w.leave()
+		if errors.Is(fatal, ErrNotAcquired) { // a campaign cut off: its error says all
+			return nil, fatal, true
+		}
 		return nil, fmt.Errorf("fence: acquire %q: %w", w.name, w.c.withFix(fatal)), true
 	}
 	return nil, nil, false
@@ -190,7 +194,7 @@ func (w *waiter) take(ctx context.Context) (*Lock, error) {
 	if w.cfg.replicas > 0 {
 		s := time.Now()
 		if acks, err := c.confirmReplicas(ctx, w.k.lock, value, w.cfg); err != nil || acks < int64(w.cfg.replicas) {
-			c.releaseValue(ctx, w.name, w.k, value)
+			c.releaseValue(ctx, w.name, w.k, &w.cfg, value)
 			if err != nil {
 				return nil, fmt.Errorf("fence: acquire %q: confirm handover: %w", w.name, c.withFix(err))
 			}
@@ -243,7 +247,7 @@ func (w *waiter) leave() {
 		defer cancel()
 		sent := time.Now()
 		call := w.leaveCall()
-		rep, err := parseRelease(c.runScript(ctx, c.scripts.leave, call.keys, call.args...))
+		rep, err := parseRelease(c.runScript(ctx, call.scriptOr(c.scripts.leave), call.keys, call.args...))
 		switch {
 		case err != nil:
 			c.refreshTopology(err)
@@ -313,6 +317,18 @@ func (w *waiter) answered(rep acquireReply, sent time.Time, err error) time.Time
 	switch {
 	case err != nil && transient(err):
 		w.lastErr = err
+		if w.errSince.IsZero() {
+			w.errSince = sent
+		}
+		if w.cfg.campaign != nil && now.Sub(w.errSince) >= w.cfg.liveness {
+			// A candidate cut off from Redis for its liveness has lost its
+			// place in the queue: the campaign ends rather than wait on
+			// for a term it can no longer be handed.
+			w.state, w.fatal = failed, cutOffErr(w.name, w.cfg.liveness, err)
+			w.mu.Unlock()
+			w.poke()
+			return now
+		}
 		next := now.Add(w.backoff)
 		w.backoff = min(2*w.backoff, maxErrorBackoff)
 		w.mu.Unlock()
@@ -332,7 +348,7 @@ func (w *waiter) answered(rep acquireReply, sent time.Time, err error) time.Time
 		w.granted(rep.value, sent, w.cfg.lease, rep.reacquired)
 		return now
 	}
-	w.lastErr, w.backoff = nil, minErrorBackoff
+	w.lastErr, w.backoff, w.errSince = nil, minErrorBackoff, time.Time{}
 	w.pttl, w.joined = rep.pttl, rep.queued
 	w.syncAt, w.syncSrv = sent, rep.now
 	w.mu.Unlock()
@@ -376,12 +392,17 @@ func (w *waiter) beatCall() scriptCall {
 		m = modeWait
 	}
 	w.mu.Unlock()
-	return scriptCall{script: w.c.scripts.acquire, keys: w.k.scriptKeys(), args: acquireArgs(w.cfg, w.holder, m)}
+	return scriptCall{script: w.c.scriptsOf(&w.cfg).acquire, keys: scriptKeysOf(w.k, &w.cfg), args: acquireArgs(w.cfg, w.holder, m)}
 }
 
-// leaveCall is leave.lua's call for the waiter.
+// leaveCall is leave.lua's call for the waiter (nil script: the client's,
+// which the caller passes; an election's for a candidate).
 func (w *waiter) leaveCall() scriptCall {
-	return scriptCall{keys: w.k.scriptKeys(), args: []any{w.holder}}
+	call := scriptCall{keys: scriptKeysOf(w.k, &w.cfg), args: []any{w.holder}}
+	if w.cfg.campaign != nil {
+		call.script = w.cfg.campaign.e.scripts.leave
+	}
+	return call
 }
 
 // subscribeFailed notes that the waiter has no subscription: it waits on

@@ -1,0 +1,317 @@
+package fence
+
+import (
+	"context"
+	"sync"
+)
+
+// Observing an election. Every change of an election's record (a new
+// term, a proclaim, a resignation; see elect.lua) is published whole on
+// the election's channel in the script that makes it, so a change costs
+// an observer no read. What Redis does not publish is an expiry (a term
+// whose leader died, paused or was cut off ends when its lease runs out,
+// with no script to say so): an observer reads the election when the
+// term it knows would expire (its lease, then the TTL each read finds,
+// since renewals move it), and the read says whether it was renewed or
+// ended. Records carry the token of the term before them and how it
+// ended, so an observer that missed messages (its connection broke)
+// knows whether the state it reads afterwards follows the last it saw,
+// or whether terms may have come and gone unseen.
+//
+// One watch per election and client serves every observer of it: one
+// subscription (the client's pub/sub connection of the node, see
+// notify.go), one timer, one read at a time; each observer has a queue
+// and a goroutine that delivers to its channel, so a slow consumer holds
+// up no other.
+
+// TermEnd says how a term ended (see [LeaderEvent]).
+type TermEnd uint8
+
+const (
+	// TermEndUnknown: the observer does not know how the term ended (its
+	// record was lost with Redis's data, or it was not seen).
+	TermEndUnknown TermEnd = iota
+	// TermResigned: the leader resigned (released its term) with no
+	// candidate waiting.
+	TermResigned
+	// TermExpired: the term's lease ran out: its leader died, paused, or
+	// was cut off from Redis (or an operator force-released it).
+	TermExpired
+)
+
+// String is a short, stable label (for logs and metrics).
+func (t TermEnd) String() string {
+	switch t {
+	case TermResigned:
+		return "resigned"
+	case TermExpired:
+		return "expired"
+	}
+	return "unknown"
+}
+
+// LeaderEvent is one change of an election seen by [Election.Observe]:
+// the state after it.
+type LeaderEvent struct {
+	// Holder, Token and Value are the leader's: a new Token is a new
+	// term, the same Token with another Value a proclaim. On a vacancy
+	// they are the term that ended (zero when none is known).
+	Holder string
+	Token  int64
+	Value  string
+	// Vacant is true when no term holds the election: the last one
+	// ended, Ended says how, and no candidate was waiting.
+	Vacant bool
+	Ended  TermEnd
+	// Missed is true when terms may have begun and ended unseen before
+	// this event: the observer was cut off from Redis, Redis lost its
+	// data, or the consumer fell more than a thousand events behind. The
+	// event is the state at that point.
+	Missed bool
+	// Err is set while the observer cannot read the election (Redis is
+	// unreachable, or its pub/sub connection broke): the leader is
+	// unknown. The next event is the state once Redis answers again (it
+	// may repeat the last one), with Missed set when the observer cannot
+	// tell that nothing happened meanwhile. The other fields are zero.
+	Err error
+}
+
+// maxBacklog is how many events an observer's queue holds before the
+// consumer is deemed too slow: its queue is replaced by the newest event,
+// marked Missed, rather than grow without bound.
+const maxBacklog = 1024
+
+// Observe follows the election: the returned channel first gets the
+// current state (the leader, or a vacancy), then every change, in order:
+// each new term (a handover gives no vacancy between the two terms), each
+// proclaim, and each vacancy — a resignation as soon as its message
+// arrives, an expiry once the observer's read finds the term's lease run
+// out, no later than the lease after the last renewal. While Redis cannot
+// be read the channel gets an event with Err; see [LeaderEvent] for what
+// follows. Observers of one election on one client share one subscription
+// and one timer. The channel is closed when ctx ends or the client
+// closes; a consumer that stops reading holds up nobody else.
+func (e *Election) Observe(ctx context.Context) (<-chan LeaderEvent, error) {
+	if e.c.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	o := &observer{ctx: ctx, ch: make(chan LeaderEvent), kick: make(chan struct{}, 1)}
+	w, start := e.c.joinWatch(e, o)
+	if w == nil {
+		return nil, ErrClosed
+	}
+	if start && !e.c.goBackground(w.run) {
+		w.stopAll()
+		return nil, ErrClosed
+	}
+	if !e.c.goBackground(func() { o.run(w) }) {
+		w.remove(o)
+		return nil, ErrClosed
+	}
+	return o.ch, nil
+}
+
+// observer is one Observe call: its queue of events and its channel.
+type observer struct {
+	ctx  context.Context
+	ch   chan LeaderEvent
+	kick chan struct{} // cap 1: the queue grew
+
+	mu    sync.Mutex
+	queue []LeaderEvent
+}
+
+func (o *observer) push(ev LeaderEvent) {
+	o.mu.Lock()
+	if len(o.queue) >= maxBacklog {
+		ev.Missed = ev.Err == nil
+		o.queue = o.queue[:0]
+	}
+	o.queue = append(o.queue, ev)
+	o.mu.Unlock()
+	select {
+	case o.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (o *observer) pop() (LeaderEvent, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.queue) == 0 {
+		return LeaderEvent{}, false
+	}
+	ev := o.queue[0]
+	o.queue[0] = LeaderEvent{}
+	o.queue = o.queue[1:]
+	return ev, true
+}
+
+// run delivers the queue to the channel until ctx ends or the watch
+// stops, then closes the channel and leaves the watch.
+func (o *observer) run(w *watch) {
+	defer func() {
+		close(o.ch)
+		w.remove(o)
+	}()
+	for {
+		ev, ok := o.pop()
+		if !ok {
+			select {
+			case <-o.kick:
+				continue
+			case <-o.ctx.Done():
+				return
+			case <-w.stop:
+				return
+			}
+		}
+		select {
+		case o.ch <- ev:
+		case <-o.ctx.Done():
+			return
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+// watch follows one election for the observers of one client.
+type watch struct {
+	c    *Client
+	e    *Election // the first observed: its keys, and its liveness for polls
+	kick chan struct{}
+	stop chan struct{} // closed when the watch ends
+
+	mu   sync.Mutex
+	obs  []*observer
+	done bool
+	// Inputs from the notifier, taken by the loop.
+	msgs       []string // records received, in order
+	sync       bool     // read now: a subscription was (re)confirmed, or broke
+	subscribed bool     // confirmed and not broken since: changes arrive as messages
+	// cur is the last event (a new observer's first), has whether there
+	// is one.
+	cur LeaderEvent
+	has bool
+}
+
+// joinWatch adds o to the client's watch of e, making one if none
+// exists (start: the caller starts its loop). nil when the client is
+// closed.
+func (c *Client) joinWatch(e *Election, o *observer) (w *watch, start bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return nil, false
+	}
+	if c.watches == nil {
+		c.watches = map[string]*watch{}
+	}
+	w = c.watches[e.events]
+	if w == nil {
+		w = &watch{c: c, e: e, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+		c.watches[e.events] = w
+		start = true
+	}
+	w.mu.Lock()
+	w.obs = append(w.obs, o)
+	if w.has {
+		first := w.cur
+		first.Missed = false // this observer missed nothing
+		o.push(first)
+	}
+	w.mu.Unlock()
+	return w, start
+}
+
+// remove takes o out of the watch; the last observer's going ends it.
+func (w *watch) remove(o *observer) {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, x := range w.obs {
+		if x == o {
+			w.obs = append(w.obs[:i], w.obs[i+1:]...)
+			break
+		}
+	}
+	if len(w.obs) == 0 && !w.done {
+		w.endLocked()
+	}
+}
+
+// endLocked ends the watch. Called with the client's and w's mutexes
+// held.
+func (w *watch) endLocked() {
+	w.done = true
+	if w.c.watches[w.e.events] == w {
+		delete(w.c.watches, w.e.events)
+	}
+	close(w.stop)
+}
+
+// stopAll ends the watch and its observers (the client closed).
+func (w *watch) stopAll() {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.endLocked()
+	}
+}
+
+func (w *watch) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// message, confirmed and broken are the notifier's: a record arrived; the
+// channel's subscription was (re)confirmed; its connection failed (or
+// the server dropped the subscription).
+func (w *watch) message(payload string) {
+	w.mu.Lock()
+	w.msgs = append(w.msgs, payload)
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *watch) confirmed() {
+	w.mu.Lock()
+	w.sync, w.subscribed = true, true
+	w.mu.Unlock()
+	w.poke()
+}
+
+// broken: messages may be lost until the channel is subscribed again;
+// the watch reads at once, and polls meanwhile. It tells the observers
+// that it cannot see only when its reads fail too: a pub/sub connection
+// that redials more slowly than the reads succeed is no blind spell.
+func (w *watch) broken() {
+	w.mu.Lock()
+	w.sync, w.subscribed = true, false
+	w.mu.Unlock()
+	w.poke()
+}
+
+// emit sends evs to every observer, in order.
+func (w *watch) emit(evs ...LeaderEvent) {
+	if len(evs) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ev := range evs {
+		for _, o := range w.obs {
+			o.push(ev)
+		}
+		w.cur, w.has = ev, true
+	}
+}
