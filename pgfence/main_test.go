@@ -3,6 +3,7 @@ package pgfence_test
 import (
 	"context"
 	"net"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -15,7 +16,13 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(frozenLeaderEnv) != "" {
+		frozenLeader() // a child of TestFrozenLeaderRefused
+		return
+	}
+	testenv.Main(m)
+}
 
 // testTimeout bounds each test's database calls: generous, so a loaded
 // machine does not fail a test, but a deadlock does.
