@@ -78,9 +78,14 @@ func (c *Client) Election(name string, opts ...LockOption) (*Election, error) {
 	k := keysFor(cfg.prefix, name)
 	e := &Election{c: c, name: name, cfg: cfg, k: k, record: k.lock + ":v", events: k.lock + ":ev",
 		scripts: electScriptsFor(c.cluster)}
-	e.keys = append(k.scriptKeys(), e.record, k.lock+":cv")
+	e.keys = electionKeys(k)
 	return e, nil
 }
+
+// electionKeys are the six keys of an election's scripts: the lock's
+// four, the record of its terms and the candidates' values (see
+// elect.lua).
+func electionKeys(k keys) []string { return append(k.scriptKeys(), k.lock+":v", k.lock+":cv") }
 
 // Name is the election's name.
 func (e *Election) Name() string { return e.name }

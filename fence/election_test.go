@@ -305,3 +305,45 @@ func nextEvent(t testing.TB, ctx context.Context, ch <-chan fence.LeaderEvent) f
 	}
 	return fence.LeaderEvent{}
 }
+
+// Inspect tells an election's name from a lock's and shows the leader's
+// value; an operator's ForceRelease of a term ends it as a resignation
+// would: the next candidate leads, and observers see the new term follow
+// the old one, nothing missed.
+func TestInspectAndForceReleaseTerm(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 30*time.Second)
+	c := newClient(t, r, nil)
+	e, err := c.Election("ops")
+	require.NoError(t, err)
+	events, err := e.Observe(ctx)
+	require.NoError(t, err)
+	require.True(t, nextEvent(t, ctx, events).Vacant)
+	lock, err := c.Acquire(ctx, "plain")
+	require.NoError(t, err)
+	info, err := c.Inspect(ctx, "plain")
+	require.NoError(t, err)
+	assert.False(t, info.Election)
+
+	stuck, err := e.Campaign(ctx, "stuck")
+	require.NoError(t, err)
+	require.Equal(t, stuck.Token(), nextEvent(t, ctx, events).Token)
+	info, err = c.Inspect(ctx, "ops")
+	require.NoError(t, err)
+	assert.True(t, info.Election)
+	assert.True(t, info.Held)
+	assert.Equal(t, fence.LeaderEvent{Holder: stuck.Holder(), Token: stuck.Token(), Value: "stuck"}, info.Term)
+	next := campaignAsync(ctx, newElection(t, r, "ops"), "next")
+	waitQueued(t, r, "ops", 1)
+	woken, err := c.ForceRelease(ctx, info)
+	require.NoError(t, err)
+	assert.True(t, woken)
+	got := <-next
+	require.NoError(t, got.err)
+	assert.Equal(t, fence.LeaderEvent{Holder: got.l.Holder(), Token: got.l.Token(), Value: "next"}, nextEvent(t, ctx, events))
+	require.NoError(t, got.l.Release(ctx))
+	info, err = c.Inspect(ctx, "ops")
+	require.NoError(t, err)
+	assert.Equal(t, fence.LeaderEvent{Holder: got.l.Holder(), Token: got.l.Token(), Value: "next", Vacant: true, Ended: fence.TermResigned}, info.Term)
+	require.NoError(t, lock.Release(ctx))
+}

@@ -225,6 +225,17 @@ func readObservation(st electionState) observation {
 	return o
 }
 
+// event is the state o describes, as an event.
+func (o observation) event() LeaderEvent {
+	switch o.kind {
+	case obsTerm:
+		return LeaderEvent{Holder: o.holder, Token: o.token, Value: o.value}
+	case obsEnded:
+		return LeaderEvent{Vacant: true, Ended: o.ended, Holder: o.holder, Token: o.token, Value: o.value}
+	}
+	return LeaderEvent{Vacant: true}
+}
+
 // position is where the events stand: what the last said.
 type position struct {
 	known  bool  // an event was made

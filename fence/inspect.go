@@ -21,6 +21,12 @@ type LockInfo struct {
 	TTL     time.Duration // when held; -1 when the key has no expiry
 	Counter int64         // the token counter; 0 when the key is absent
 	Waiters int64         // waiters with a place in the name's queue (live or not yet skipped); -1 when the user may not HLEN
+	// Election is true when the name is an election's ([Client.Election]):
+	// it has a record of its last term, which Term gives as an observer
+	// would ([Election.Observe]): the leader and its value while that term
+	// holds the lock, else the last term, Vacant, and how it ended.
+	Election bool
+	Term     LeaderEvent
 	// Eviction is the configuration of the node that holds the lock: when
 	// Eviction.Evicts(), Redis may evict the lock under memory pressure.
 	// Zero when the user may not run INFO.
@@ -42,6 +48,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 	pttl := pipe.PTTL(ctx, k.lock)
 	seq := pipe.Get(ctx, k.seq)
 	waiters := pipe.HLen(ctx, k.waiters)
+	record := pipe.Get(ctx, k.lock+":v")
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 	info := LockInfo{Name: name}
 	switch v, err := val.Result(); {
@@ -77,6 +84,17 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockInfo, error) {
 		return LockInfo{}, fmt.Errorf("fence: inspect %q: queue: %w", name, err)
 	default:
 		info.Waiters = n
+	}
+	switch r, err := record.Result(); {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return LockInfo{}, fmt.Errorf("fence: inspect %q: term record: %w", name, err)
+	default:
+		st := electionState{held: info.Held, holder: info.Holder, token: info.Token, ttl: info.TTL, hasRec: true}
+		if st.rec, err = parseRecord(r); err != nil {
+			return LockInfo{}, fmt.Errorf("fence: inspect %q: %w", name, err)
+		}
+		info.Election, info.Term = true, readObservation(st).event()
 	}
 	info.Eviction, _ = c.evictionFor(ctx, k.lock) // INFO may be denied: reported as unknown
 	return info, nil
@@ -121,7 +139,9 @@ func (c *Client) RaiseCounter(ctx context.Context, name string, floor int64) (in
 // The holder is not told. It keeps running until its next renewal finds
 // the lock gone (its context is then cancelled, within a renewal period),
 // so in the meantime only the fence in the database (package guard) keeps
-// its writes out.
+// its writes out. An election's term (seen.Election) is ended as its
+// leader's resignation would: its observers see a resignation, or the
+// next candidate's term.
 func (c *Client) ForceRelease(ctx context.Context, seen LockInfo) (woken bool, err error) {
 	if c.isClosed() {
 		return false, ErrClosed
@@ -137,8 +157,12 @@ func (c *Client) ForceRelease(ctx context.Context, seen LockInfo) (woken bool, e
 	}
 	k := keysFor(c.cfg.prefix, seen.Name)
 	value := strconv.FormatInt(seen.Token, 10) + ":" + seen.Holder
+	script, scriptKeys := c.scripts.release, k.scriptKeys()
+	if seen.Election {
+		script, scriptKeys = electScriptsFor(c.cluster).release, electionKeys(k)
+	}
 	sent := time.Now()
-	rep, err := parseRelease(c.runScript(ctx, c.scripts.release, k.scriptKeys(), value))
+	rep, err := parseRelease(c.runScript(ctx, script, scriptKeys, value))
 	if err != nil {
 		c.refreshTopology(err)
 		return false, fmt.Errorf("fence: force release %q: %w", seen.Name, err)

@@ -2,6 +2,8 @@ package fence
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -74,6 +76,25 @@ type LeaderEvent struct {
 	// may repeat the last one), with Missed set when the observer cannot
 	// tell that nothing happened meanwhile. The other fields are zero.
 	Err error
+}
+
+// String describes the event in one line, for logs.
+func (ev LeaderEvent) String() string {
+	var b strings.Builder
+	switch {
+	case ev.Err != nil:
+		return "leader unknown: " + ev.Err.Error()
+	case ev.Vacant && ev.Token == 0:
+		b.WriteString("vacant")
+	case ev.Vacant:
+		fmt.Fprintf(&b, "vacant: term %d of %q %s", ev.Token, ev.Holder, ev.Ended)
+	default:
+		fmt.Fprintf(&b, "leader %q, term %d, value %q", ev.Holder, ev.Token, ev.Value)
+	}
+	if ev.Missed {
+		b.WriteString(" (terms may have been missed before)")
+	}
+	return b.String()
 }
 
 // maxBacklog is how many events an observer's queue holds before the
