@@ -5,6 +5,7 @@
 //	fencectl migrate up|down|status          the fencelock schema in Postgres
 //	fencectl locks list [PATTERN]            the locks that are held: holder, token, remaining lease
 //	fencectl locks inspect|release NAME...   a lock's holder, token, TTL and counter; forced release
+//	fencectl leaders list [PATTERN]          the elections: leader, term, value, lease left, candidates
 //	fencectl tokens show|repair [NAME...]    the database's token high-water marks vs Redis
 //	fencectl runs list|prune                 resumable runs
 //	fencectl keys prune                      applied idempotency keys
