@@ -2,13 +2,15 @@ package fence
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
-// The loop of a watch (see observe.go): it applies the records the
-// notifier hands it, reads the election when a term it knows would
-// expire, when its subscription was (re)confirmed, and every liveness/3
-// while it has no subscription, and turns what it learns into events.
+// The follower of a watch (see observe.go): it applies the records the
+// notifier hands it (on the notifier's goroutine), and its loop reads the
+// election when a term it knows would expire, when the subscription was
+// (re)confirmed or broke, and every liveness/3 while it has no
+// subscription; both turn what they learn into events.
 
 const (
 	// expiryMargin is how long after a term's expected expiry the watch
@@ -32,14 +34,14 @@ func (w *watch) run() {
 		w.subscribed = true
 		w.mu.Unlock()
 	}
-	f := &follower{w: w, readAt: time.Now(), backoff: minErrorBackoff}
+	l := &loop{w: w, readAt: time.Now(), backoff: minErrorBackoff}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		now := time.Now()
-		if due := f.due(); !due.IsZero() {
+		if due := l.due(); !due.IsZero() {
 			if !now.Before(due) {
-				f.read()
+				l.read()
 				continue
 			}
 			timer.Reset(due.Sub(now))
@@ -53,85 +55,53 @@ func (w *watch) run() {
 			w.stopAll()
 			return
 		case <-w.kick:
-			f.take(time.Now())
+			w.mu.Lock()
+			if w.sync {
+				w.sync, l.readAt = false, time.Now()
+			}
+			w.mu.Unlock()
 		case <-timer.C:
 		}
 	}
 }
 
-// follower is the loop's own state.
+// follower is what a watch knows, and the events it made of it.
 type follower struct {
-	w   *watch
+	w *watch
+
+	mu  sync.Mutex
 	pos position
 	// expiry is when the term the watch knows would expire, unless
 	// renewed (zero: no term known).
 	expiry time.Time
-	// readAt is when a read is due besides the expiry and the polls: at
-	// once after a (re)subscription, or after a failed read's backoff.
-	readAt   time.Time
-	lastRead time.Time
-	backoff  time.Duration
 	// blind: the last event said the watch cannot read the election; the
 	// next successful read reports the state whatever it is.
 	blind bool
+	// gen counts the records applied: a read that some record overtook
+	// says nothing newer than it, and is made again.
+	gen uint64
 }
 
-// due is when the next read is: the earliest of readAt, the expiry and,
-// without a subscription, the next poll; zero when none is due.
-func (f *follower) due() time.Time {
-	t := f.readAt
-	earliest := func(x time.Time) {
-		if !x.IsZero() && (t.IsZero() || x.Before(t)) {
-			t = x
-		}
+// message applies a record; it reports whether the expiry moved (a new
+// term: the loop reads when its lease would run out).
+func (f *follower) message(payload string, now time.Time) bool {
+	rec, err := parseRecord(payload)
+	if err != nil {
+		return false // nothing else is published there: ignored
 	}
-	if !f.expiry.IsZero() {
-		earliest(f.expiry.Add(expiryMargin))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gen++
+	known := f.pos.known && f.pos.token == rec.token && !f.pos.vacant
+	f.apply(recordObservation(rec))
+	if !rec.resigned && !known && f.pos.token == rec.token && !f.pos.vacant {
+		f.expiry = now.Add(rec.lease)
+		return true
 	}
-	f.w.mu.Lock()
-	subscribed := f.w.subscribed
-	f.w.mu.Unlock()
-	if !subscribed {
-		earliest(f.lastRead.Add(f.w.e.cfg.liveness / 3))
-	}
-	return t
+	return false
 }
 
-// take applies what the notifier handed over.
-func (f *follower) take(now time.Time) {
-	w := f.w
-	w.mu.Lock()
-	msgs, sync := w.msgs, w.sync
-	w.msgs, w.sync = nil, false
-	w.mu.Unlock()
-	for _, m := range msgs {
-		rec, err := parseRecord(m)
-		if err != nil {
-			continue // not a record (nothing else is published there): a read will tell
-		}
-		o := recordObservation(rec)
-		known := f.pos.known && f.pos.token == rec.token && !f.pos.vacant
-		f.apply(o)
-		if !rec.resigned && !known && f.pos.token == rec.token {
-			f.expiry = now.Add(rec.lease) // a new term: read when it would expire
-		}
-	}
-	if sync {
-		f.readAt = now
-	}
-}
-
-// lose tells the observers, once per blind spell, that the election
-// cannot be read.
-func (f *follower) lose(err error) {
-	if f.blind {
-		return
-	}
-	f.blind = true
-	f.w.emit(LeaderEvent{Err: err})
-}
-
-// apply turns an observation into events.
+// apply turns an observation into events. Called with f.mu held.
 func (f *follower) apply(o observation) {
 	evs := f.pos.next(o)
 	if len(evs) > 0 {
@@ -143,23 +113,72 @@ func (f *follower) apply(o observation) {
 	}
 }
 
+// loop is the watch loop's own state.
+type loop struct {
+	w *watch
+	// readAt is when a read is due besides the expiry and the polls: at
+	// once after a (re)subscription or a read that a record overtook, or
+	// after a failed read's backoff.
+	readAt   time.Time
+	lastRead time.Time
+	backoff  time.Duration
+}
+
+// due is when the next read is: the earliest of readAt, the expiry and,
+// without a subscription, the next poll; zero when none is due.
+func (l *loop) due() time.Time {
+	t := l.readAt
+	earliest := func(x time.Time) {
+		if !x.IsZero() && (t.IsZero() || x.Before(t)) {
+			t = x
+		}
+	}
+	f := &l.w.f
+	f.mu.Lock()
+	expiry := f.expiry
+	f.mu.Unlock()
+	if !expiry.IsZero() {
+		earliest(expiry.Add(expiryMargin))
+	}
+	l.w.mu.Lock()
+	subscribed := l.w.subscribed
+	l.w.mu.Unlock()
+	if !subscribed {
+		earliest(l.lastRead.Add(l.w.e.cfg.liveness / 3))
+	}
+	return t
+}
+
 // read reads the election and applies what it says.
-func (f *follower) read() {
-	w := f.w
+func (l *loop) read() {
+	w, f := l.w, &l.w.f
+	f.mu.Lock()
+	gen := f.gen
+	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(w.c.bgCtx, readTimeout)
 	st, err := w.e.read(ctx)
 	cancel()
-	f.lastRead = time.Now()
+	l.lastRead = time.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err != nil {
 		if w.c.bgCtx.Err() != nil {
 			return // closing
 		}
-		f.lose(w.e.c.withFix(err))
-		f.readAt = f.lastRead.Add(f.backoff)
-		f.backoff = min(2*f.backoff, maxErrorBackoff)
+		if !f.blind {
+			f.blind = true
+			w.emit(LeaderEvent{Err: w.c.withFix(err)})
+		}
+		l.readAt = l.lastRead.Add(l.backoff)
+		l.backoff = min(2*l.backoff, maxErrorBackoff)
 		return
 	}
-	f.readAt, f.backoff = time.Time{}, minErrorBackoff
+	l.backoff = minErrorBackoff
+	if f.gen != gen {
+		l.readAt = l.lastRead // a record came meanwhile: read again
+		return
+	}
+	l.readAt = time.Time{}
 	o := readObservation(st)
 	blind := f.blind
 	f.apply(o)
@@ -167,15 +186,15 @@ func (f *follower) read() {
 		// Nothing changed since the last event before the blind spell:
 		// say so, the observers were told the leader was unknown.
 		f.blind = false
-		f.w.emit(f.pos.last)
+		w.emit(f.pos.last)
 	}
 	switch {
 	case o.kind != obsTerm || f.pos.vacant:
 		f.expiry = time.Time{}
 	case st.ttl < 0: // no expiry (set by hand): look again now and then
-		f.expiry = f.lastRead.Add(noExpiryWait)
+		f.expiry = l.lastRead.Add(noExpiryWait)
 	default:
-		f.expiry = f.lastRead.Add(st.ttl)
+		f.expiry = l.lastRead.Add(st.ttl)
 	}
 }
 

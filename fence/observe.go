@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Observing an election. Every change of an election's record (a new
@@ -141,24 +142,40 @@ type observer struct {
 	ch   chan LeaderEvent
 	kick chan struct{} // cap 1: the queue grew
 
-	mu    sync.Mutex
-	queue []LeaderEvent
+	mu     sync.Mutex
+	queue  []LeaderEvent
+	busy   bool // run holds an event it is sending: a newer one must queue behind it
+	closed bool // ch is closed (or about to be)
 }
 
+// push hands ev to the consumer: straight away when the consumer waits on
+// the channel and nothing is queued (one goroutine hop fewer), else
+// through the queue.
 func (o *observer) push(ev LeaderEvent) {
 	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	if len(o.queue) == 0 && !o.busy {
+		select {
+		case o.ch <- ev:
+			return
+		default:
+		}
+	}
 	if len(o.queue) >= maxBacklog {
 		ev.Missed = ev.Err == nil
 		o.queue = o.queue[:0]
 	}
 	o.queue = append(o.queue, ev)
-	o.mu.Unlock()
 	select {
 	case o.kick <- struct{}{}:
 	default:
 	}
 }
 
+// pop takes the next queued event, marking the observer busy with it.
 func (o *observer) pop() (LeaderEvent, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -168,13 +185,23 @@ func (o *observer) pop() (LeaderEvent, bool) {
 	ev := o.queue[0]
 	o.queue[0] = LeaderEvent{}
 	o.queue = o.queue[1:]
+	o.busy = true
 	return ev, true
+}
+
+func (o *observer) sent() {
+	o.mu.Lock()
+	o.busy = false
+	o.mu.Unlock()
 }
 
 // run delivers the queue to the channel until ctx ends or the watch
 // stops, then closes the channel and leaves the watch.
 func (o *observer) run(w *watch) {
 	defer func() {
+		o.mu.Lock()
+		o.closed = true
+		o.mu.Unlock()
 		close(o.ch)
 		w.remove(o)
 	}()
@@ -192,6 +219,7 @@ func (o *observer) run(w *watch) {
 		}
 		select {
 		case o.ch <- ev:
+			o.sent()
 		case <-o.ctx.Done():
 			return
 		case <-w.stop:
@@ -206,14 +234,13 @@ type watch struct {
 	e    *Election // the first observed: its keys, and its liveness for polls
 	kick chan struct{}
 	stop chan struct{} // closed when the watch ends
+	f    follower      // what the watch knows (see follow.go)
 
-	mu   sync.Mutex
-	obs  []*observer
-	done bool
-	// Inputs from the notifier, taken by the loop.
-	msgs       []string // records received, in order
-	sync       bool     // read now: a subscription was (re)confirmed, or broke
-	subscribed bool     // confirmed and not broken since: changes arrive as messages
+	mu         sync.Mutex
+	obs        []*observer
+	done       bool
+	sync       bool // read now: a subscription was (re)confirmed, or broke
+	subscribed bool // confirmed and not broken since: changes arrive as messages
 	// cur is the last event (a new observer's first), has whether there
 	// is one.
 	cur LeaderEvent
@@ -235,6 +262,7 @@ func (c *Client) joinWatch(e *Election, o *observer) (w *watch, start bool) {
 	w = c.watches[e.events]
 	if w == nil {
 		w = &watch{c: c, e: e, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+		w.f.w = w
 		c.watches[e.events] = w
 		start = true
 	}
@@ -294,14 +322,14 @@ func (w *watch) poke() {
 	}
 }
 
-// message, confirmed and broken are the notifier's: a record arrived; the
-// channel's subscription was (re)confirmed; its connection failed (or
-// the server dropped the subscription).
+// message, confirmed and broken are the notifier's: a record arrived (it
+// is applied on the notifier's goroutine, one hop fewer to the observers;
+// see follower.message); the channel's subscription was (re)confirmed;
+// its connection failed (or the server dropped the subscription).
 func (w *watch) message(payload string) {
-	w.mu.Lock()
-	w.msgs = append(w.msgs, payload)
-	w.mu.Unlock()
-	w.poke()
+	if w.f.message(payload, time.Now()) {
+		w.poke() // the loop sets its timer anew
+	}
 }
 
 func (w *watch) confirmed() {
