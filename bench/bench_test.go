@@ -31,7 +31,7 @@ func TestHarnessQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"rtt", "uncontended", "parallel", "handoff", "handoff2", "fair", "queue", "headkill", "contended", "renewal", "guard", "sqlfence", "sync", "outbox", "cluster"} {
+	for _, name := range []string{"rtt", "uncontended", "parallel", "handoff", "handoff2", "fair", "queue", "headkill", "election", "leaderkill", "observe", "contended", "renewal", "guard", "sqlfence", "sync", "outbox", "cluster"} {
 		s, ok := res.Scenarios[name]
 		if !ok {
 			t.Errorf("scenario %s did not run", name)
@@ -66,6 +66,10 @@ func TestHarnessQuick(t *testing.T) {
 		{issueOutbox, "one relay to a no-op Sender ≥ 5,000 effects/s"},
 		{issueOutbox, "two relays ≥ 1.6 × one"},
 		{issueOutbox, "commit → Sender p50 ≤ ½ of River's"},
+		{issueLeader, "resign → the next candidate's Campaign returns: ≤ 1.1 × the fair lock's handoff"},
+		{issueLeader, "leader SIGKILLed → next leader, term lease 500ms: ≤ 667ms"},
+		{issueLeader, "observe fan-out, 20 observers, a resignation seen by all: p50 ≤ 2 × PING"},
+		{issueLeader, "observe fan-out, 20 observers, a resignation seen by all: p99 ≤ 10 × PING"},
 	} {
 		found := false
 		for _, g := range res.Goals {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"time"
 )
 
 // The issues the goals come from, each a table of latest.md.
@@ -11,6 +12,7 @@ const (
 	issueFair   = "a fair lock across processes"
 	issueGuard  = "guarded writes"
 	issueOutbox = "fenced side effects (the outbox)"
+	issueLeader = "scheduled jobs: one leader at a time"
 )
 
 // evaluateGoals turns the figures into the issue's goals, each met or not.
@@ -107,6 +109,8 @@ func evaluateGoals(r *results) {
 	}
 	r.issue = issueOutbox
 	outboxGoals(r, ratio)
+	r.issue = issueLeader
+	leaderGoals(r, ratio)
 	r.issue = issueGuard
 	if _, ok := r.Scenarios["sync"]; ok {
 		r.addGoal("sync", "rows/s guard on / off ≥ 0.90", ratio("sync", "on/off"), 0.9, false, "")
@@ -196,6 +200,29 @@ func outboxGoals(r *results, ratio func(scn, key string) float64) {
 	r.addGoal("outbox", "one relay to a no-op Sender ≥ 5,000 effects/s", med("one relay", "effects_per_s"), 5000, false, "")
 	r.addGoal("outbox", "two relays ≥ 1.6 × one (two relay processes / one)", ratio("outbox", "two relays/one relay"), 1.6, false, "")
 	r.addGoal("outbox", "commit → Sender p50 ≤ ½ of River's InsertTx → worker p50, River at its defaults", ratio("outbox", "outbox in-process/River"), 0.5, true, "")
+}
+
+// leaderGoals are the leader rows of the performance table of issue
+// "scheduled jobs": each a ratio in the same run, or a time against the
+// term's lease.
+func leaderGoals(r *results, ratio func(scn, key string) float64) {
+	if s, ok := r.Scenarios["election"]; ok {
+		note := ""
+		if v, ok := s.Ratios["etcd election/election"]; ok {
+			note = fmt.Sprintf("etcd's Election, resign → campaign, took %s× fence's in the same run", fmtRatio(v))
+		}
+		r.addGoal("election", "resign → the next candidate's Campaign returns: ≤ 1.1 × the fair lock's handoff (election/lock)", ratio("election", "election/fence"), 1.1, true, note)
+	}
+	if s, ok := r.Scenarios["leaderkill"]; ok {
+		lease := r.Config.LeaderKillLease
+		limit := (lease + lease/3).Round(time.Millisecond) // 4 s for the issue's 3 s
+		r.addGoal("leaderkill", fmt.Sprintf("leader SIGKILLed → next leader, term lease %v: ≤ %v (the longest repetition)", lease, limit), maxOf(s.get(electionName, "next_leader_s")), limit.Seconds(), true, "from the kill, in seconds")
+	}
+	if _, ok := r.Scenarios["observe"]; ok {
+		who := fmt.Sprintf("observe fan-out, %d observers, a resignation seen by all", r.Config.Observers)
+		r.addGoal("observe", who+": p50 ≤ 2 × PING", ratio("observe", "p50/PING"), 2, true, "each observer on a client and connection of its own")
+		r.addGoal("observe", who+": p99 ≤ 10 × PING", ratio("observe", "p99/PING"), 10, true, "")
+	}
 }
 
 func maxOf(f *figure) float64 {

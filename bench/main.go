@@ -59,8 +59,13 @@ type config struct {
 	QueueLiveness    time.Duration `json:"queue_liveness_ns"`
 	QueueReleases    int           `json:"queue_releases"`
 	HeadLiveness     time.Duration `json:"head_liveness_ns"`
-	// Etcd adds etcd's concurrency.Mutex to handoff2 and fair, on an etcd
-	// server the bench starts (Debian package etcd-server).
+	LeaderKillLease  time.Duration `json:"leader_kill_lease_ns"`
+	Observers        int           `json:"observers"`
+	ObserverProcs    int           `json:"observer_procs"`
+	ObserveRounds    int           `json:"observe_rounds"`
+	// Etcd adds etcd's concurrency.Mutex to handoff2 and fair, and its
+	// Election to election, on an etcd server the bench starts (Debian
+	// package etcd-server).
 	Etcd bool     `json:"etcd"`
 	Only []string `json:"only,omitempty"`
 }
@@ -77,6 +82,7 @@ func defaultConfig() config {
 		OutboxLatencyN: 200, OutboxPollN: 30, OutboxBacklog: 20000,
 		FairClients: 4, FairGoroutines: 4, FairHold: time.Millisecond,
 		QueueWaiters: 10000, QueueLiveness: fence.DefaultLiveness, QueueReleases: 32, HeadLiveness: 3 * time.Second,
+		LeaderKillLease: 3 * time.Second, Observers: 1000, ObserverProcs: 4, ObserveRounds: 10,
 		Etcd: true,
 	}
 }
@@ -93,6 +99,7 @@ func quickConfig() config {
 		OutboxLatencyN: 5, OutboxPollN: 2, OutboxBacklog: 200,
 		FairClients: 2, FairGoroutines: 2, FairHold: time.Millisecond,
 		QueueWaiters: 200, QueueLiveness: 600 * time.Millisecond, QueueReleases: 4, HeadLiveness: 500 * time.Millisecond,
+		LeaderKillLease: 500 * time.Millisecond, Observers: 20, ObserverProcs: 2, ObserveRounds: 2,
 		// The toy run (make test) needs no etcd server.
 		Etcd: false,
 	}
@@ -119,7 +126,7 @@ func main() {
 	reps := flag.Int("reps", 0, "repetitions (default 5)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run")
 	charts := flag.String("charts", "", "only derive from this results file what a run derives (its charts next to it; for results/latest.json also the README's results part), and exit")
-	etcd := flag.Bool("etcd", true, "etcd's concurrency.Mutex as a peer in handoff2 and fair (needs the Debian package etcd-server; off with -quick unless given)")
+	etcd := flag.Bool("etcd", true, "etcd's concurrency.Mutex as a peer in handoff2 and fair, and its Election in election (needs the Debian package etcd-server; off with -quick unless given)")
 	flag.Parse()
 
 	if *charts != "" {
@@ -262,6 +269,9 @@ func run(ctx context.Context, cfg config, pin bool, cpuprofile string, log io.Wr
 		{"fair", runFair},
 		{"queue", runQueue10k},
 		{"headkill", runHeadKill},
+		{"election", runElection},
+		{"leaderkill", runLeaderKill},
+		{"observe", runObserve},
 		{"contended", runContended},
 		{"renewal", runRenewal},
 		{"guard", runGuard},

@@ -28,7 +28,7 @@ const roleEnv = "FENCE_BENCH_ROLE"
 
 // role is what a child process does and with what.
 type role struct {
-	Kind       string        `json:"kind"` // waiter, subscriber, etcdwatch, contender, relay, headkill
+	Kind       string        `json:"kind"` // waiter, subscriber, etcdwatch, contender, relay, headkill, leader, observers
 	Lib        string        `json:"lib,omitempty"`
 	Redis      string        `json:"redis,omitempty"`
 	Etcd       string        `json:"etcd,omitempty"`
@@ -38,6 +38,7 @@ type role struct {
 	Goroutines int           `json:"goroutines,omitempty"`
 	Hold       time.Duration `json:"hold,omitempty"`
 	Liveness   time.Duration `json:"liveness,omitempty"`
+	Lease      time.Duration `json:"lease,omitempty"`
 }
 
 // childMain plays the role in the environment, if any, and exits; it
@@ -68,6 +69,10 @@ func childMain() {
 		err = relayRole(r, in, out)
 	case "headkill":
 		err = headKillRole(r, in, out)
+	case "leader":
+		err = leaderRole(r, in, out)
+	case "observers":
+		err = observersRole(r, in, out)
 	default:
 		err = fmt.Errorf("unknown role %q", r.Kind)
 	}
@@ -279,6 +284,14 @@ func openLib(r role, onWait waitFunc) (locker, error) {
 		return newTodayLocker(r.Redis, opts...)
 	case etcdName:
 		return newEtcdLocker(r.Etcd)
+	case electionName:
+		var opts []fence.ClientOption
+		if onWait != nil {
+			opts = append(opts, fence.WithObserver(fenceWaitObs{onWait}))
+		}
+		return newElectionLocker(r.Redis, opts...)
+	case etcdElectionName:
+		return newEtcdElectionLocker(r.Etcd)
 	}
 	return nil, fmt.Errorf("no library %q in the cross-process scenarios", r.Lib)
 }

@@ -304,8 +304,14 @@ type handoffPair struct {
 }
 
 func newHandoffPair(ctx context.Context, e *env, lib string) (*handoffPair, error) {
+	return newPair(ctx, e, lib, "handoff2")
+}
+
+// newPair is a holder in this process and a waiter process of lib, on
+// the lock (or election) name.
+func newPair(ctx context.Context, e *env, lib, name string) (*handoffPair, error) {
 	r := e.role("waiter", lib)
-	r.Name = "handoff2"
+	r.Name = name
 	holder, err := openLib(r, nil)
 	if err != nil {
 		return nil, err
@@ -340,7 +346,7 @@ func (p *handoffPair) run(ctx context.Context, e *env, rounds int, hold time.Dur
 			if err := w.send("acquire"); err != nil {
 				return g, err
 			}
-			if p.lib != etcdName {
+			if !isEtcd(p.lib) {
 				if _, err := w.expect(ctx, "waiting", limit); err != nil {
 					return g, err
 				}
@@ -349,7 +355,7 @@ func (p *handoffPair) run(ctx context.Context, e *env, rounds int, hold time.Dur
 			if err != nil {
 				return g, err
 			}
-			if p.lib == etcdName {
+			if isEtcd(p.lib) {
 				g.etcdRounds++
 				if slow {
 					g.slowWatchers++
@@ -405,7 +411,7 @@ func (e *env) waitQueued(ctx context.Context, lib, name string) (slow bool, err 
 
 func (e *env) queued(ctx context.Context, lib, name string) (ok, slow bool, err error) {
 	switch lib {
-	case "fence":
+	case "fence", electionName: // a candidate waits in the lock's queue
 		n, err := e.ping.HLen(ctx, "fence:{"+name+"}:w").Result()
 		if err != nil || n != 1 {
 			return false, false, err
@@ -415,8 +421,12 @@ func (e *env) queued(ctx context.Context, lib, name string) (ok, slow bool, err 
 	case todayName:
 		subs, err := e.subscribers(ctx, "today:{"+name+"}:ch")
 		return subs >= 1, false, err
-	case etcdName:
-		resp, err := e.etcdc.Get(ctx, etcdPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	case etcdName, etcdElectionName:
+		prefix := etcdPrefix + name + "/"
+		if lib == etcdElectionName {
+			prefix = etcdElectionPrefix + name + "/"
+		}
+		resp, err := e.etcdc.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil || resp.Count != 2 {
 			return false, false, err
 		}
@@ -447,7 +457,7 @@ func (e *env) subscribers(ctx context.Context, ch string) (int64, error) {
 // WaitObserver fires.
 func waiterRole(r role, in *bufio.Scanner, out *lineWriter) error {
 	var onWait waitFunc
-	if r.Lib != etcdName {
+	if !isEtcd(r.Lib) {
 		onWait = func(context.Context) { out.say("waiting") }
 	}
 	l, err := openLib(r, onWait)
