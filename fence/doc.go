@@ -166,7 +166,14 @@
 // An observer cut off from Redis says so (an event with Err) and, once it
 // can read again, reports the state, marked Missed when terms may have
 // come and gone unseen (a Redis restart without persistence, say).
-// Observers of one election on one client share one subscription.
+// Observers of one election on one client share one subscription. A Redis
+// user that may not SUBSCRIBE makes observers read the election every
+// liveness/3 instead; one that may not PUBLISH (the leaders' user) leaves
+// observers to learn of a change at their next read: when the term they
+// know would have expired, or every term lease while they know of none.
+// A term's beginning and end also
+// reach the client's observers ([WithObserver]) as the acquisition,
+// release and loss of the election's lock.
 //
 // An election is the lock of its name, plus two keys (see "Keys and
 // scripts"); [Client.Acquire] of that name would compete with the

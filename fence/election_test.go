@@ -192,7 +192,7 @@ func TestCampaignRedisDown(t *testing.T) {
 	r := testenv.NewRedisServer(t)
 	e := newElection(t, r, "down", fence.WithLiveness(500*time.Millisecond))
 	require.NoError(t, r.Kill())
-	term, err := e.Campaign(context.Background(), "v")
+	term, err := e.Campaign(ctxT(t, time.Minute), "v") // a minute: far longer than it needs, to end the test if it hung
 	require.Error(t, err)
 	assert.Nil(t, term)
 	assert.ErrorIs(t, err, fence.ErrNotAcquired)

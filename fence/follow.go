@@ -8,9 +8,10 @@ import (
 
 // The follower of a watch (see observe.go): it applies the records the
 // notifier hands it (on the notifier's goroutine), and its loop reads the
-// election when a term it knows would expire, when the subscription was
-// (re)confirmed or broke, and every liveness/3 while it has no
-// subscription; both turn what they learn into events.
+// election when a term it knows would expire, every term lease while it
+// knows of none, when the subscription was (re)confirmed or broke, and
+// every liveness/3 while it has no subscription; both turn what they
+// learn into events.
 
 const (
 	// expiryMargin is how long after a term's expected expiry the watch
@@ -139,6 +140,10 @@ func (l *loop) due() time.Time {
 	f.mu.Unlock()
 	if !expiry.IsZero() {
 		earliest(expiry.Add(expiryMargin))
+	} else {
+		// No term known: a term begun without a message (its leader may
+		// not PUBLISH) is found within a term's lease all the same.
+		earliest(l.lastRead.Add(l.w.e.cfg.lease))
 	}
 	l.w.mu.Lock()
 	subscribed := l.w.subscribed

@@ -112,7 +112,10 @@ const maxBacklog = 1024
 // be read the channel gets an event with Err; see [LeaderEvent] for what
 // follows. Observers of one election on one client share one subscription
 // and one timer. The channel is closed when ctx ends or the client
-// closes; a consumer that stops reading holds up nobody else.
+// closes; a consumer that stops reading holds up nobody else. Observe
+// returns at once (the subscription and the first read are made in the
+// background), and fails only when ctx is done already (with ctx's
+// error) or the client is closed ([ErrClosed]).
 func (e *Election) Observe(ctx context.Context) (<-chan LeaderEvent, error) {
 	if e.c.isClosed() {
 		return nil, ErrClosed

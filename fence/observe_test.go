@@ -3,10 +3,12 @@ package fence_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -228,4 +230,51 @@ func drained(t *testing.T, ctx context.Context, ch <-chan fence.LeaderEvent) {
 			t.Fatal("the observer's channel did not close")
 		}
 	}
+}
+
+// Without pub/sub an observer still follows the election: one whose Redis
+// user may not SUBSCRIBE reads it every liveness/3; when the leader's
+// user may not PUBLISH, a subscribed observer learns of a resignation at
+// its read when the term would have expired, and the record tells it was
+// a resignation.
+func TestObserveWithoutPubSub(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	ctx := ctxT(t, 60*time.Second)
+	admin := r.Client()
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all", "-subscribe", "-ssubscribe").Err())
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "nopub", "on", ">pw", "~*", "&*", "+@all", "-publish", "-spublish").Err())
+	quiet := fence.WithLogger(slog.New(slog.DiscardHandler))
+	as := func(user string, opts ...fence.LockOption) *fence.Election {
+		c := newClient(t, r, r.NewClient(&redis.Options{Username: user, Password: "pw"}), quiet)
+		e, err := c.Election("nopubsub", opts...)
+		require.NoError(t, err)
+		return e
+	}
+
+	// An observer that cannot subscribe, a leader whose term lasts a
+	// minute: the resignation is found by a poll, long before.
+	polled, err := as("nosub", fence.WithLiveness(600*time.Millisecond)).Observe(ctx)
+	require.NoError(t, err)
+	require.True(t, nextEvent(t, ctx, polled).Vacant)
+	long := newElection(t, r, "nopubsub", fence.WithLease(time.Minute))
+	term, err := long.Campaign(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, term.Token(), nextEvent(t, ctx, polled).Token)
+	require.NoError(t, term.Release(ctx))
+	assert.Equal(t, fence.LeaderEvent{Holder: term.Holder(), Token: term.Token(), Value: "a", Vacant: true, Ended: fence.TermResigned},
+		nextEvent(t, ctx, polled))
+
+	// A leader that cannot publish: a subscribed observer reads the
+	// election when the term would have expired, and finds it resigned.
+	events, err := newElection(t, r, "nopubsub").Observe(ctx)
+	require.NoError(t, err)
+	require.True(t, nextEvent(t, ctx, events).Vacant)
+	silent := as("nopub", fence.WithLease(time.Second))
+	term, err = silent.Campaign(ctx, "b")
+	require.NoError(t, err)
+	// Unpublished: the observer learns of the term at its poll or read.
+	require.Equal(t, term.Token(), nextEvent(t, ctx, events).Token)
+	require.NoError(t, term.Release(ctx))
+	assert.Equal(t, fence.LeaderEvent{Holder: term.Holder(), Token: term.Token(), Value: "b", Vacant: true, Ended: fence.TermResigned},
+		nextEvent(t, ctx, events))
 }
