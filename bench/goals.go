@@ -218,10 +218,14 @@ func leaderGoals(r *results, ratio func(scn, key string) float64) {
 		limit := (lease + lease/3).Round(time.Millisecond) // 4 s for the 3 s
 		r.addGoal("leaderkill", fmt.Sprintf("leader SIGKILLed → next leader, term lease %v: ≤ %v (the longest repetition)", lease, limit), maxOf(s.get(electionName, "next_leader_s")), limit.Seconds(), true, "from the kill, in seconds")
 	}
-	if _, ok := r.Scenarios["observe"]; ok {
+	if s, ok := r.Scenarios["observe"]; ok {
 		who := fmt.Sprintf("observe fan-out, %d observers, a resignation seen by all", r.Config.Observers)
-		r.addGoal("observe", who+": p50 ≤ 2 × PING", ratio("observe", "p50/PING"), 2, true, "each observer on a client and connection of its own")
-		r.addGoal("observe", who+": p99 ≤ 10 × PING", ratio("observe", "p99/PING"), 10, true, "")
+		note := func(q string) string {
+			return fmt.Sprintf("each observer on a client and connection of its own; the floor (a PUBLISH to as many go-redis subscribers in the same processes) is %s× PING here, fence %s× that floor; observers sharing one client per process: %s× PING",
+				fmtNum(s.Ratios["floor "+q+"/PING"]), fmtNum(s.Ratios[q+"/floor "+q]), fmtNum(s.Ratios["shared "+q+"/PING"]))
+		}
+		r.addGoal("observe", who+": p50 ≤ 2 × PING", ratio("observe", "p50/PING"), 2, true, note("p50"))
+		r.addGoal("observe", who+": p99 ≤ 10 × PING", ratio("observe", "p99/PING"), 10, true, note("p99"))
 	}
 }
 

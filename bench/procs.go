@@ -28,7 +28,7 @@ const roleEnv = "FENCE_BENCH_ROLE"
 
 // role is what a child process does and with what.
 type role struct {
-	Kind       string        `json:"kind"` // waiter, subscriber, etcdwatch, contender, relay, headkill, leader, observers
+	Kind       string        `json:"kind"` // waiter, subscriber, etcdwatch, contender, relay, headkill, leader, observers, subscribers
 	Lib        string        `json:"lib,omitempty"`
 	Redis      string        `json:"redis,omitempty"`
 	Etcd       string        `json:"etcd,omitempty"`
@@ -39,6 +39,7 @@ type role struct {
 	Hold       time.Duration `json:"hold,omitempty"`
 	Liveness   time.Duration `json:"liveness,omitempty"`
 	Lease      time.Duration `json:"lease,omitempty"`
+	Shared     bool          `json:"shared,omitempty"`
 }
 
 // childMain plays the role in the environment, if any, and exits; it
@@ -73,6 +74,8 @@ func childMain() {
 		err = leaderRole(r, in, out)
 	case "observers":
 		err = observersRole(r, in, out)
+	case "subscribers":
+		err = subscribersRole(r, in, out)
 	default:
 		err = fmt.Errorf("unknown role %q", r.Kind)
 	}

@@ -170,60 +170,157 @@ func leaderRole(r role, in *bufio.Scanner, out *lineWriter) error {
 	return c.Close(context.Background())
 }
 
-// runObserve: Observers observers, each on a fence client (and
-// connection) of its own, spread over ObserverProcs processes, follow one
-// election; this process campaigns, waits until every observer saw the
-// term, and resigns with nobody waiting: the latency of the vacancy at
-// each observer, from the start of the resignation, against PING.
+// The observe scenario's rows: fence's observers each on a client of
+// their own (the goal's), one client per process (observers sharing its
+// subscription), and the floor: a go-redis subscriber per connection
+// receiving a PUBLISH, in the same processes.
+const (
+	obsOwn    = "fence Observe, a client each"
+	obsShared = "fence Observe, one client per process"
+	obsFloor  = "PUBLISH → a go-redis subscriber each"
+)
+
+// runObserve: Observers observers, spread over ObserverProcs processes,
+// follow one election; this process campaigns, waits until every
+// observer saw the term, and resigns with nobody waiting: the latency of
+// the vacancy at each observer, from the start of the resignation,
+// against PING and against the floor of a PUBLISH to as many subscribers.
 func runObserve(ctx context.Context, e *env, res *results) error {
 	cfg := e.cfg
 	per := cfg.Observers / cfg.ObserverProcs
-	const name = "observed"
-	var procs []*child
-	defer func() { stopAll(procs) }()
-	for i := range cfg.ObserverProcs {
-		r := e.role("observers", electionName)
-		r.Name, r.Goroutines = name, per
-		p, err := startChild(ctx, r)
-		if err != nil {
-			return fmt.Errorf("observer process %d: %w", i, err)
+	groups := map[string][]*child{}
+	defer func() {
+		for _, g := range groups {
+			stopAll(g)
 		}
-		procs = append(procs, p)
+	}()
+	for j, row := range []string{obsOwn, obsShared, obsFloor} {
+		for i := range cfg.ObserverProcs {
+			r := e.role("observers", electionName)
+			r.Name, r.Goroutines = "observed:"+strconv.Itoa(j), per
+			switch row {
+			case obsShared:
+				r.Shared = true
+			case obsFloor:
+				r.Kind, r.Name = "subscribers", observeFloorChannel
+			}
+			p, err := startChild(ctx, r)
+			if err != nil {
+				return fmt.Errorf("%s, process %d: %w", row, i, err)
+			}
+			groups[row] = append(groups[row], p)
+		}
 	}
 	leader, err := newElectionLocker(e.redis.Addr)
 	if err != nil {
 		return err
 	}
 	defer leader.Close()
-	var pingMed, p50s, p99s []float64
-	var pooled, pings []float64
+	o := &observeFigures{p50: map[string][]float64{}, p99: map[string][]float64{}, pooled: map[string][]float64{}}
 	for rep := 0; rep < cfg.Reps; rep++ {
 		_, pp, err := interleaved(ctx, 1, 200, []op{e.pingOp()})
 		if err != nil {
 			return err
 		}
-		var lat []float64
-		for range cfg.ObserveRounds {
-			l, err := observeRound(ctx, leader, procs, name)
+		o.add("PING", pp["PING"])
+		for i, row := range []string{obsOwn, obsShared, obsFloor} {
+			lat, err := observeRows(ctx, e, leader, groups[row], "observed:"+strconv.Itoa(i), cfg.ObserveRounds)
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", row, err)
 			}
-			lat = append(lat, l...)
+			o.add(row, lat)
+			d := summarize(lat)
+			logf(e.log, "  observe rep %d, %s: %d observers, seen p50 %.0f µs, p99 %.0f µs, PING %.0f µs", rep, row, len(lat)/cfg.ObserveRounds, d.Median, d.P99, median(pp["PING"]))
 		}
-		d := summarize(lat)
-		pingMed = append(pingMed, median(pp["PING"]))
-		p50s, p99s = append(p50s, d.Median), append(p99s, d.P99)
-		pooled, pings = append(pooled, lat...), append(pings, pp["PING"]...)
-		logf(e.log, "  observe rep %d: %d observers, vacancy seen p50 %.0f µs, p99 %.0f µs, PING %.0f µs", rep, len(lat)/cfg.ObserveRounds, d.Median, d.P99, median(pp["PING"]))
 	}
-	s := res.scenario("observe")
-	s.set("PING", "latency_us", newFigure("µs", pingMed, pings))
-	s.set(electionName, "vacancy_p50_us", newFigure("µs", p50s, pooled))
-	s.set(electionName, "vacancy_p99_us", newFigure("µs", p99s, nil))
-	s.Ratios["p50/PING"] = pairedRatio(p50s, pingMed)
-	s.Ratios["p99/PING"] = pairedRatio(p99s, pingMed)
-	s.Notes = append(s.Notes, fmt.Sprintf("%d observers in %d processes (%d each), every one on a fence client and a Redis connection of its own (a subscription each), follow one election; the bench process campaigns, waits until every observer saw the term, then resigns with nobody waiting: latency = from the start of the resignation to each observer's vacancy event, on the real-time clock both processes read. p50 and p99 per repetition over every observer of %d resignations; PING = back-to-back PINGs from the bench process in the same repetition. Observers on one client share one subscription, so this is the costliest way to deploy them.", per*cfg.ObserverProcs, cfg.ObserverProcs, per, cfg.ObserveRounds))
+	o.report(res.scenario("observe"), per, cfg)
 	return nil
+}
+
+const observeFloorChannel = "bench:observe-floor"
+
+// observeRows runs rounds of one row: resignations seen by fence's
+// observers (name), or PUBLISHes seen by the floor's subscribers.
+func observeRows(ctx context.Context, e *env, leader *electionLocker, procs []*child, name string, rounds int) ([]float64, error) {
+	var lat []float64
+	for range rounds {
+		var l []float64
+		var err error
+		if strings.HasPrefix(procs[0].kind, "subscribers") {
+			l, err = publishRound(ctx, e, procs)
+		} else {
+			l, err = observeRound(ctx, leader, procs, name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		lat = append(lat, l...)
+	}
+	return lat, nil
+}
+
+// observeFigures collects the scenario's latencies per row: the median
+// and p99 of each repetition, and every sample.
+type observeFigures struct {
+	p50, p99, pooled map[string][]float64
+}
+
+func (o *observeFigures) add(row string, lat []float64) {
+	d := summarize(lat)
+	o.p50[row], o.p99[row] = append(o.p50[row], d.Median), append(o.p99[row], d.P99)
+	o.pooled[row] = append(o.pooled[row], lat...)
+}
+
+func (o *observeFigures) report(s *scenario, per int, cfg config) {
+	for _, row := range []string{"PING", obsOwn, obsShared, obsFloor} {
+		s.set(row, "p50_us", newFigure("µs", o.p50[row], o.pooled[row]))
+		s.set(row, "p99_us", newFigure("µs", o.p99[row], nil))
+	}
+	ping := o.p50["PING"]
+	for _, v := range []struct{ key, row string }{{"", obsOwn}, {"shared ", obsShared}, {"floor ", obsFloor}} {
+		s.Ratios[v.key+"p50/PING"] = pairedRatio(o.p50[v.row], ping)
+		s.Ratios[v.key+"p99/PING"] = pairedRatio(o.p99[v.row], ping)
+	}
+	s.Ratios["p50/floor p50"] = pairedRatio(o.p50[obsOwn], o.p50[obsFloor])
+	s.Ratios["p99/floor p99"] = pairedRatio(o.p99[obsOwn], o.p99[obsFloor])
+	s.Notes = append(s.Notes, fmt.Sprintf("%d observers in %d processes (%d each) follow one election (%s: each on a fence client and a Redis connection of its own, a subscription each; %s: one fence client per process, its observers sharing its subscription); the bench process campaigns, waits until every observer saw the term, then resigns with nobody waiting: latency = from the start of the resignation to each observer's vacancy event, on the real-time clock every process reads. %s: as many go-redis subscribers (one connection each) in as many processes receiving one PUBLISH from the bench, from its start: the floor of any fan-out through Redis on this machine, where every observer process shares one CPU. p50 and p99 per repetition over every observer of %d rounds; PING = back-to-back PINGs from the bench process in the same repetition.", per*cfg.ObserverProcs, cfg.ObserverProcs, per, obsOwn, obsShared, obsFloor, cfg.ObserveRounds))
+}
+
+// publishRound publishes once to the floor's subscribers and returns
+// each one's latency (µs).
+func publishRound(ctx context.Context, e *env, procs []*child) ([]float64, error) {
+	if err := e.ping.Ping(ctx).Err(); err != nil {
+		return nil, err
+	}
+	t0 := time.Now().UnixNano()
+	if err := e.ping.Publish(ctx, observeFloorChannel, "x").Err(); err != nil {
+		return nil, err
+	}
+	return collectSeen(ctx, procs, "0", t0)
+}
+
+// collectSeen reads each process' "seen <token> <unix ns>..." and
+// returns the latencies from t0 (µs).
+func collectSeen(ctx context.Context, procs []*child, tok string, t0 int64) ([]float64, error) {
+	var out []float64
+	for _, p := range procs {
+		line, err := p.expect(ctx, "seen", 30*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		got, times, _ := strings.Cut(line, " ")
+		if got != tok {
+			return nil, fmt.Errorf("%s process saw %s, want %s", p.kind, got, tok)
+		}
+		ns, err := parseInts(times)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ns {
+			out = append(out, float64(t-t0)/1e3)
+		}
+	}
+	return out, nil
 }
 
 // observeRound campaigns, waits until every observer process saw the
@@ -246,31 +343,14 @@ func observeRound(ctx context.Context, leader *electionLocker, procs []*child, n
 	if err := term.Release(ctx); err != nil {
 		return nil, err
 	}
-	var out []float64
-	for _, p := range procs {
-		line, err := p.expect(ctx, "seen", 30*time.Second)
-		if err != nil {
-			return nil, err
-		}
-		got, times, _ := strings.Cut(line, " ")
-		if got != tok {
-			return nil, fmt.Errorf("observer process saw the vacancy of term %s, want %s", got, tok)
-		}
-		ns, err := parseInts(times)
-		if err != nil {
-			return nil, err
-		}
-		for _, t := range ns {
-			out = append(out, float64(t-t0)/1e3)
-		}
-	}
-	return out, nil
+	return collectSeen(ctx, procs, tok, t0)
 }
 
 // observersRole: r.Goroutines observers of election r.Name, each on a
-// client of its own; says "ready" once every one has the election's
-// state, "elected <token>" once every one saw a term, and "seen <token>
-// <unix ns>..." with the time each saw that term's vacancy.
+// client of its own (r.Shared: all on one client); says "ready" once
+// every one has the election's state, "elected <token>" once every one
+// saw a term, and "seen <token> <unix ns>..." with the time each saw that
+// term's vacancy.
 func observersRole(r role, in *bufio.Scanner, out *lineWriter) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -292,14 +372,17 @@ func observersRole(r role, in *bufio.Scanner, out *lineWriter) error {
 			_ = rdb.Close()
 		}
 	}()
+	var c *fence.Client
 	for range r.Goroutines {
-		rdb := redis.NewClient(&redis.Options{Addr: r.Redis, PoolSize: 1})
-		rdbs = append(rdbs, rdb)
-		c, err := fence.New(rdb)
-		if err != nil {
-			return err
+		if c == nil || !r.Shared {
+			rdb := redis.NewClient(&redis.Options{Addr: r.Redis, PoolSize: 1})
+			rdbs = append(rdbs, rdb)
+			var err error
+			if c, err = fence.New(rdb); err != nil {
+				return err
+			}
+			clients = append(clients, c)
 		}
-		clients = append(clients, c)
 		el, err := c.Election(r.Name)
 		if err != nil {
 			return err
@@ -346,6 +429,66 @@ func observersRole(r role, in *bufio.Scanner, out *lineWriter) error {
 					out.say("elected %d", s.ev.Token)
 					delete(elected, s.ev.Token)
 				}
+			}
+		}
+	}
+}
+
+// subscribersRole: r.Goroutines go-redis subscribers of channel r.Name,
+// each on a connection of its own; says "ready" once every one is
+// subscribed, and "seen 0 <unix ns>..." with the time each received a
+// message, once all did.
+func subscribersRole(r role, in *bufio.Scanner, out *lineWriter) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	times := make(chan int64, r.Goroutines)
+	var subs []*redis.PubSub
+	var rdbs []*redis.Client
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		for _, ps := range subs {
+			_ = ps.Close()
+		}
+		wg.Wait()
+		for _, rdb := range rdbs {
+			_ = rdb.Close()
+		}
+	}()
+	for range r.Goroutines {
+		rdb := redis.NewClient(&redis.Options{Addr: r.Redis, PoolSize: 1})
+		rdbs = append(rdbs, rdb)
+		ps := rdb.Subscribe(ctx, r.Name)
+		if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+			return fmt.Errorf("subscribe: %w", err)
+		}
+		subs = append(subs, ps)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if _, err := ps.ReceiveMessage(ctx); err != nil {
+					return
+				}
+				select {
+				case times <- time.Now().UnixNano():
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	out.say("ready")
+	go func() { waitForEOF(in); cancel() }()
+	var got []string
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case t := <-times:
+			if got = append(got, strconv.FormatInt(t, 10)); len(got) == r.Goroutines {
+				out.say("seen 0 %s", strings.Join(got, " "))
+				got = nil
 			}
 		}
 	}
