@@ -119,5 +119,8 @@ local function candidate(id, value)
   if value then
     redis.call('HSET', KEYS[6], id, value)
   end
-  redis.call('PEXPIRE', KEYS[6], redis.call('PTTL', KEYS[4]))
+  local ttl = redis.call('PTTL', KEYS[4])
+  if ttl > 0 then -- the queue has its expiry (q.keep sets it); never PEXPIRE to a past time, which deletes
+    redis.call('PEXPIRE', KEYS[6], ttl)
+  end
 end
