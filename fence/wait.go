@@ -240,6 +240,7 @@ func (w *waiter) leave() {
 			select {
 			case <-idle:
 			case <-t.C:
+			case <-c.bgCtx.Done(): // Close's deadline passed: its leave fails fast below
 			}
 			t.Stop()
 		}

@@ -292,6 +292,7 @@ func (w *watchdog) schedule() {
 		}
 		select {
 		case <-w.stop:
+			w.dropBeats(pending.waiters)
 			return
 		case <-w.kick:
 		case <-timer.C:
@@ -374,6 +375,20 @@ func (w *watchdog) applyBeats(r roundResult) {
 	w.mu.Unlock()
 }
 
+// dropBeats ends the heartbeats of xs that will never be answered (the
+// watchdog stops): a leave that waits for one goes on at once.
+func (w *watchdog) dropBeats(xs []*waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, x := range xs {
+		x.inflight = false
+		if x.idle != nil {
+			close(x.idle)
+			x.idle = nil
+		}
+	}
+}
+
 // retryDelay spaces retries of a failed renewal: several fit in the lease,
 // and at most maxRetryDelay passes between them, so that renewals resume
 // soon after a failover ends.
@@ -421,6 +436,8 @@ func (w *watchdog) renewNode(b batch) {
 		case <-w.stop:
 			// Close is running: the locks are cancelled by it, the
 			// waiters end with it.
+			w.dropBeats(r.waiters)
+			w.dropBeats(b.waiters)
 			return
 		}
 	}
