@@ -79,6 +79,7 @@ func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (
 	// the wait, not at ctx's later deadline.
 	wctx, cancel := waitContext(ctx, cfg, start)
 	defer cancel()
+	until := waitEnd(ctx, cfg)
 	// Uncontended path: one round trip, no subscription; a held lock
 	// queues the caller in the same round trip. When this client's
 	// subscription of the name is warm (other waiters use it, or it
@@ -88,6 +89,7 @@ func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (
 	warm := c.notify.warm(k.channel)
 	if warm {
 		w = c.newWaiter(name, k, cfg, holder)
+		w.until = until
 		warm = c.notify.register(w)
 	}
 	sent := time.Now()
@@ -109,6 +111,7 @@ func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (
 	}
 	if w == nil {
 		w = c.newWaiter(name, k, cfg, holder)
+		w.until = until
 		c.notify.register(w)
 	}
 	next := w.answered(rep, sent, err)
@@ -129,6 +132,18 @@ func waitContext(ctx context.Context, cfg config, start time.Time) (context.Cont
 		return context.WithDeadlineCause(ctx, start.Add(cfg.waitLimit), cfg.waitLimitErr)
 	}
 	return ctx, func() {}
+}
+
+// waitEnd says what ends a wait that waitContext bounds, for the outage
+// warning: a wait through an outage must not read as one without end.
+func waitEnd(ctx context.Context, cfg config) string {
+	if d, has := ctx.Deadline(); has && !cfg.waitLimitSet {
+		return fmt.Sprintf("its context's deadline (in %v)", time.Until(d).Round(time.Millisecond))
+	}
+	if cfg.waitLimitSet {
+		return fmt.Sprintf("its wait limit, %v after the call (WithWaitLimit)", cfg.waitLimit)
+	}
+	return fmt.Sprintf("the default wait limit, %v after the call (DefaultWaitLimit; set another with WithWaitLimit or a context deadline)", cfg.waitLimit)
 }
 
 func (c *Client) observeAcquire(ctx context.Context, name, holder string, start time.Time, waited time.Duration,

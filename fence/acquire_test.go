@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,7 +104,8 @@ func fenceLines(logs string) []string {
 	return out
 }
 
-const outageWarning = "fence: Redis is unreachable while Acquire waits; it keeps trying until its context or wait limit (WithWaitLimit) ends the wait"
+// outageWarning begins the outage warning; what ends the wait follows.
+const outageWarning = "fence: Redis is unreachable while Acquire waits; it keeps trying until "
 
 // An outage is named while Acquire waits: with Redis killed (connections
 // refused) or stopped (SIGSTOP: connections open, nothing answers), a
@@ -149,11 +151,36 @@ func TestOutageWarningNamesTheOutage(t *testing.T) {
 			lines := fenceLines(logs.String())
 			t.Logf("fence logged:\n%s", strings.Join(lines, "\n"))
 			require.NotEmpty(t, lines, "nothing logged while Acquire waited through the outage")
-			assert.Contains(t, lines[0], `level=WARN msg="`+outageWarning+`" name=outage err=`, "the first line names the outage")
+			assert.Regexp(t, `level=WARN msg="`+regexp.QuoteMeta(outageWarning)+`its context's deadline \(in [0-9.]+m?s\) ends the wait" name=outage err=`, lines[0], "the first line names the outage and what ends the wait")
 			assert.Contains(t, lines[0], tc.errText, "with the error the calls met")
 			assert.Contains(t, lines[0], "addr="+r.Addr+` fix="check that redis-server runs at `+r.Addr+` and that this host may reach it"`)
 			assert.Equal(t, 1, strings.Count(logs.String(), outageWarning), "once per client")
 			assert.NotContains(t, logs.String(), "cannot subscribe", "the outage is not read as a pub/sub matter")
+		})
+	}
+
+	// Without a deadline or WithWaitLimit, the warning names the default
+	// wait limit; with WithWaitLimit, that limit.
+	for _, tc := range []struct {
+		name string
+		opts []fence.LockOption
+		want string
+	}{
+		{"default limit", nil, "the default wait limit, 1m0s after the call (DefaultWaitLimit; set another with WithWaitLimit or a context deadline) ends the wait"},
+		{"WithWaitLimit", []fence.LockOption{fence.WithWaitLimit(42 * time.Second)}, "its wait limit, 42s after the call (WithWaitLimit) ends the wait"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testenv.NewRedisServer(t)
+			logs := newLogWatch()
+			c := newClient(t, r, nil, fence.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+			require.NoError(t, r.Kill())
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { _, err := c.Acquire(ctx, "outage", tc.opts...); done <- err }()
+			line := logs.waitFor(t, outageWarning)
+			cancel()
+			assert.ErrorIs(t, <-done, fence.ErrNotAcquired)
+			assert.Contains(t, line, outageWarning+tc.want)
 		})
 	}
 

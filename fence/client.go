@@ -2,8 +2,6 @@ package fence
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"reflect"
 	"sync"
@@ -285,14 +283,4 @@ func (c *Client) goBackground(f func()) bool {
 		f()
 	}()
 	return true
-}
-
-// newHolderID is a random holder id: 128 bits in 22 characters of
-// unpadded base64url (A-Z, a-z, 0-9, '-', '_'). Every waiter stores its id
-// twice in Redis (the queue's entry and its hash field), so its length is
-// most of what a waiter costs there; hex would take 32.
-func newHolderID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go ≥ 1.24)
-	return base64.RawURLEncoding.EncodeToString(b[:])
 }

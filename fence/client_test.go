@@ -154,7 +154,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 	c1 := newClient(t, r, nil)
 	c2 := newClient(t, r, nil, fence.WithObserver(rec))
 
-	held, err := c1.Acquire(ctx, "w") // 30 s lease: only the release message can hand it over fast
+	held, err := c1.Acquire(ctx, "w", fence.WithLease(time.Minute)) // only the release message can hand it over fast
 	require.NoError(t, err)
 	got := make(chan *fence.Lock, 1)
 	go func() {
@@ -175,7 +175,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 	select {
 	case l := <-got:
 		require.NotNil(t, l)
-		// Far below the 30 s lease: the release message woke the waiter.
+		// Far below the minute-long lease: the release message woke the waiter.
 		assert.Less(t, time.Since(released), 10*time.Second)
 		assert.Greater(t, l.Token(), held.Token())
 		require.NoError(t, l.Release(ctx))

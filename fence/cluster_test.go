@@ -31,7 +31,7 @@ func TestCluster(t *testing.T) {
 	rec1, rec2 := newRecorder(), newRecorder()
 	c1 := newClient(t, r, cc, fence.WithObserver(rec1))
 	c2 := newClient(t, r, cc, fence.WithObserver(rec2))
-	l, err := c1.Acquire(ctx, "cl") // 30 s lease: only the release message hands it over fast
+	l, err := c1.Acquire(ctx, "cl", fence.WithLease(time.Minute)) // only the release message hands it over fast
 	require.NoError(t, err)
 	short, err := c1.Acquire(ctx, "renewed", fence.WithLease(1500*time.Millisecond))
 	require.NoError(t, err)
@@ -54,7 +54,7 @@ func TestCluster(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	l2 := <-got
 	t.Logf("handoff after release: %v", time.Since(released))
-	// Far below the waiter's 30 s retry: the sharded release message woke it.
+	// Far below the minute-long lease: the sharded release message woke it.
 	assert.Less(t, time.Since(released), 5*time.Second)
 	require.NotNil(t, l2)
 	assert.Greater(t, l2.Token(), l.Token())

@@ -44,11 +44,22 @@ func TestFootprint(t *testing.T) {
 	assert.InDelta(t, float64(30*24*time.Hour), float64(ttl), float64(time.Minute), "the counter's idle expiry")
 }
 
-// A waiter's place costs a list entry and a hash field: well under 200
-// bytes each with default holder ids, measured with more waiters than the
+// A waiter's place costs a list entry and a hash field: under 200 bytes
+// each with default holder ids, measured with more waiters than the
 // compact encodings hold (Redis turns the hash into a table beyond 128
-// fields); both keys go when the queue empties.
+// fields), on this host and on one whose name is as long as a host name
+// may be (63 characters, as pod names run); both keys go when the queue
+// empties.
 func TestQueueFootprint(t *testing.T) {
+	t.Run("this host", func(t *testing.T) { testQueueFootprint(t) })
+	t.Run("63-character host", func(t *testing.T) {
+		restore := fence.SetHost("inventory-sync-worker-deployment-7c9d8f6b5d-x2x9z-canary-euw1-b")
+		t.Cleanup(restore)
+		testQueueFootprint(t)
+	})
+}
+
+func testQueueFootprint(t *testing.T) {
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	holder := newClient(t, r, nil)
@@ -68,6 +79,10 @@ func TestQueueFootprint(t *testing.T) {
 	}
 	waitQueued(t, r, "fp", n)
 	list, hash := queueKeys(r, "fp")
+	ids, err := r.Client().LRange(ctx, list, 0, 0).Result()
+	require.NoError(t, err)
+	require.Len(t, ids, 1)
+	t.Logf("a default holder id: %q (%d bytes)", ids[0], len(ids[0]))
 	lb, err := r.Client().MemoryUsage(ctx, list).Result()
 	require.NoError(t, err)
 	hb, err := r.Client().MemoryUsage(ctx, hash).Result()

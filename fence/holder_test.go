@@ -108,24 +108,49 @@ func holderProcess() {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	l, err := c.Acquire(context.Background(), "proc", fence.WithHolder("host-a/worker-1"))
+	var opts []fence.LockOption
+	if h := os.Getenv(holderProcEnv + "_HOLDER"); h != "" {
+		opts = append(opts, fence.WithHolder(h))
+	}
+	l, err := c.Acquire(context.Background(), "proc", opts...)
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	fmt.Println("token", l.Token())
+	fmt.Println("token", l.Token(), l.Holder())
 	select {}
 }
 
 // A process holds a lock and crashes; its successor, restarted with the
 // same holder id, gets the lock back at once with the same token, instead
-// of waiting out the dead process's 30 s lease. Another holder id still
+// of waiting out the dead process's lease. Another holder id still
 // waits.
 func TestReacquireFromAnotherProcess(t *testing.T) {
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
+	child, token, _ := startHolderProcess(t, r, "host-a/worker-1")
+	require.NoError(t, child.Process.Kill()) // crash: no release
+	_ = child.Wait()
+
+	c := newClient(t, r, nil)
+	_, err := c.TryAcquire(ctx, "proc")
+	assert.ErrorIs(t, err, fence.ErrNotAcquired, "another holder id waits for the dead lease")
+	start := time.Now()
+	l, err := c.TryAcquire(ctx, "proc", fence.WithHolder("host-a/worker-1"))
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Equal(t, token, l.Token(), "the same acquisition, its token kept")
+	require.NoError(t, l.Release(ctx))
+}
+
+// startHolderProcess starts a process that acquires "proc" with the
+// package's defaults (and holder id holder, unless ""), and returns once
+// it holds the lock, with its token and holder id.
+func startHolderProcess(t *testing.T, r *testenv.Redis, holder string) (*exec.Cmd, int64, string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), holderProcEnv+"="+r.Addr, holderProcEnv+"_PREFIX="+r.Prefix+"fence:")
+	cmd.Env = append(os.Environ(), holderProcEnv+"="+r.Addr, holderProcEnv+"_PREFIX="+r.Prefix+"fence:",
+		holderProcEnv+"_HOLDER="+holder)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr
@@ -134,20 +159,40 @@ func TestReacquireFromAnotherProcess(t *testing.T) {
 	line, err := bufio.NewReader(out).ReadString('\n')
 	require.NoError(t, err)
 	f := strings.Fields(line)
-	require.Len(t, f, 2, "child said %q", line)
+	require.Len(t, f, 3, "child said %q", line)
 	require.Equal(t, "token", f[0], "child said %q", line)
 	token, err := strconv.ParseInt(f[1], 10, 64)
 	require.NoError(t, err)
-	require.NoError(t, cmd.Process.Kill()) // crash: no release
-	_ = cmd.Wait()
+	return cmd, token, f[2]
+}
 
+// The default holder id names the process (host and pid) and differs per
+// acquisition; a caller's own id wins.
+func TestDefaultHolderNamesTheProcess(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil)
-	_, err = c.TryAcquire(ctx, "proc")
-	assert.ErrorIs(t, err, fence.ErrNotAcquired, "another holder id waits for the dead lease")
-	start := time.Now()
-	l, err := c.TryAcquire(ctx, "proc", fence.WithHolder("host-a/worker-1"))
+	host, err := os.Hostname()
 	require.NoError(t, err)
-	assert.Less(t, time.Since(start), 5*time.Second)
-	assert.Equal(t, token, l.Token(), "the same acquisition, its token kept")
-	require.NoError(t, l.Release(ctx))
+	prefix := fence.HostPart(host) + ":" + strconv.Itoa(os.Getpid()) + ":"
+	a, err := c.Acquire(ctx, "a")
+	require.NoError(t, err)
+	b, err := c.Acquire(ctx, "b")
+	require.NoError(t, err)
+	for _, l := range []*fence.Lock{a, b} {
+		assert.True(t, strings.HasPrefix(l.Holder(), prefix), "holder %q names host and pid (%q)", l.Holder(), prefix)
+		assert.Len(t, l.Holder(), len(prefix)+11, "11 characters of randomness")
+		info, err := c.Inspect(ctx, l.Name())
+		require.NoError(t, err)
+		assert.Equal(t, l.Holder(), info.Holder, "stored as the holder id")
+	}
+	assert.NotEqual(t, a.Holder(), b.Holder(), "a new id per acquisition")
+	own, err := c.Acquire(ctx, "own", fence.WithHolder("billing/worker-7"))
+	require.NoError(t, err)
+	assert.Equal(t, "billing/worker-7", own.Holder())
+
+	assert.Equal(t, "inventory-sync-~9z-canary-euw1-b", fence.HostPart("inventory-sync-worker-deployment-7c9d8f6b5d-x2x9z-canary-euw1-b"),
+		"a long name keeps its start and its end, 32 bytes")
+	assert.Equal(t, "worker-3", fence.HostPart("worker-3.prod.example.com"), "the first label")
+	assert.Equal(t, "we_rd_host", fence.HostPart("we rd:host"), "bytes other than letters, digits, - and _ replaced")
 }

@@ -135,6 +135,9 @@ func (r *recorder) OnAcquire(_ context.Context, e fence.AcquireEvent) {
 	}
 }
 func (r *recorder) OnWait(_ context.Context, e fence.WaitEvent) { r.add("waiting", e) }
+func (r *recorder) OnLongWait(_ context.Context, e fence.LongWaitEvent) {
+	r.add("longWait", e)
+}
 func (r *recorder) OnRenew(_ context.Context, e fence.RenewEvent) {
 	if e.Err == nil {
 		r.add("renewed", e)
@@ -146,11 +149,12 @@ func (r *recorder) OnLoss(_ context.Context, e fence.LossEvent)       { r.add("l
 func (r *recorder) OnRelease(_ context.Context, e fence.ReleaseEvent) { r.add("released", e) }
 
 var (
-	_ fence.AcquireObserver = (*recorder)(nil)
-	_ fence.WaitObserver    = (*recorder)(nil)
-	_ fence.RenewObserver   = (*recorder)(nil)
-	_ fence.LossObserver    = (*recorder)(nil)
-	_ fence.ReleaseObserver = (*recorder)(nil)
+	_ fence.AcquireObserver  = (*recorder)(nil)
+	_ fence.WaitObserver     = (*recorder)(nil)
+	_ fence.LongWaitObserver = (*recorder)(nil)
+	_ fence.RenewObserver    = (*recorder)(nil)
+	_ fence.LossObserver     = (*recorder)(nil)
+	_ fence.ReleaseObserver  = (*recorder)(nil)
 )
 
 // doneAt records when a lock's context was cancelled.

@@ -8,9 +8,9 @@ import (
 
 // Observer receives a client's lock events, e.g. to feed metrics or
 // traces ([WithObserver]). It is any value that implements one or more of
-// the event interfaces [AcquireObserver], [WaitObserver], [RenewObserver],
-// [LossObserver] and [ReleaseObserver]; fence calls only those it
-// implements. A new kind of event comes as a new interface, and a new
+// the event interfaces [AcquireObserver], [WaitObserver],
+// [LongWaitObserver], [RenewObserver], [LossObserver] and
+// [ReleaseObserver]; fence calls only those it implements. A new kind of event comes as a new interface, and a new
 // detail as a new field of its event struct, so an observer written today
 // keeps compiling.
 //
@@ -34,6 +34,13 @@ type AcquireObserver interface {
 // lock held (or it queued behind other waiters of its client).
 type WaitObserver interface {
 	OnWait(ctx context.Context, e WaitEvent)
+}
+
+// LongWaitObserver is told once per [Client.Acquire] that has waited
+// longer than [LongWait] for a lock: who holds it and until when, so that
+// a wait behind a crashed holder's lease is seen while it lasts.
+type LongWaitObserver interface {
+	OnLongWait(ctx context.Context, e LongWaitEvent)
 }
 
 // RenewObserver is told the outcome of every watchdog renewal.
@@ -80,6 +87,23 @@ type WaitEvent struct {
 	Remaining time.Duration
 }
 
+// LongWaitEvent: an Acquire has waited longer than [LongWait].
+type LongWaitEvent struct {
+	Name string
+	// Waited is how long the call has waited so far.
+	Waited time.Duration
+	// Holder and Token are the lock's holder when the waiter looked (a
+	// default holder id names its process: see [WithHolder]); "" and 0
+	// when the lock was free (being handed over) or could not be read.
+	Holder string
+	Token  int64
+	// Until is when the holder's lease runs out unless it is renewed
+	// (local clock; zero when not held or with no expiry).
+	Until time.Time
+	// Err is why the lock could not be read, else nil.
+	Err error
+}
+
 // RenewEvent is the outcome of one renewal of one lock.
 type RenewEvent struct {
 	Name  string
@@ -122,7 +146,7 @@ type ReleaseEvent struct {
 
 func isObserver(o Observer) bool {
 	switch o.(type) {
-	case AcquireObserver, WaitObserver, RenewObserver, LossObserver, ReleaseObserver:
+	case AcquireObserver, WaitObserver, LongWaitObserver, RenewObserver, LossObserver, ReleaseObserver:
 		return true
 	}
 	return false
@@ -133,6 +157,7 @@ func isObserver(o Observer) bool {
 type observers struct {
 	acquire []AcquireObserver
 	wait    []WaitObserver
+	long    []LongWaitObserver
 	renew   []RenewObserver
 	loss    []LossObserver
 	release []ReleaseObserver
@@ -150,6 +175,9 @@ func newObservers(cfg config) *observers {
 		}
 		if v, ok := x.(WaitObserver); ok {
 			o.wait = append(o.wait, v)
+		}
+		if v, ok := x.(LongWaitObserver); ok {
+			o.long = append(o.long, v)
 		}
 		if v, ok := x.(RenewObserver); ok {
 			o.renew = append(o.renew, v)
@@ -173,6 +201,12 @@ func (o *observers) onAcquire(ctx context.Context, e AcquireEvent) {
 func (o *observers) onWait(ctx context.Context, e WaitEvent) {
 	for _, x := range o.wait {
 		x.OnWait(ctx, e)
+	}
+}
+
+func (o *observers) onLongWait(ctx context.Context, e LongWaitEvent) {
+	for _, x := range o.long {
+		x.OnLongWait(ctx, e)
 	}
 }
 

@@ -11,8 +11,12 @@ import (
 // Defaults and limits.
 const (
 	// DefaultLease is the watchdog lease: the lock's expiry on the server,
-	// renewed every lease/3 while the holder lives.
-	DefaultLease = 30 * time.Second
+	// renewed every lease/3 (3 s) while the holder lives. It bounds how
+	// long a crashed holder keeps the lock from the next waiter (a lease
+	// at most), and sets how long a pause a holder survives (at least
+	// 2/3 of it less the drift margin, about 5.9 s): see "Crashes and
+	// pauses" in the package documentation.
+	DefaultLease = 9 * time.Second
 	// MinLease is the shortest lease accepted. Below it the renewal period
 	// (lease/3) nears the round trip of a loaded network and the drift
 	// margin leaves no useful validity.
@@ -24,6 +28,10 @@ const (
 	// DefaultLiveness is how long a waiter keeps its place in a lock's
 	// queue without a heartbeat (see [WithLiveness]).
 	DefaultLiveness = 6 * time.Second
+	// LongWait is how long an Acquire waits before it says, once, who
+	// holds the lock and until when: at Info to the client's logger
+	// ([WithLogger], else slog.Default()) and to [LongWaitObserver]s.
+	LongWait = 5 * time.Second
 	// DefaultPrefix is put in front of every key.
 	DefaultPrefix = "fence:"
 	// releaseTimeout bounds a release (and Close) that runs detached from
@@ -210,7 +218,7 @@ func WithPrefix(p string) ClientOption {
 	})
 }
 
-// WithLease sets the watchdog lease (default 30 s, at least [MinLease]):
+// WithLease sets the watchdog lease (default 9 s, at least [MinLease]):
 // the lock expires on the server one lease after the last renewal, and the
 // watchdog renews it every lease/3 while the holder lives.
 func WithLease(d time.Duration) Option {
@@ -352,15 +360,17 @@ func WithObserver(o Observer) ClientOption {
 			return invalidOption("WithObserver(nil): pass an observer, or omit the option")
 		}
 		if !isObserver(o) {
-			return invalidOption("WithObserver(%T): it implements none of AcquireObserver, WaitObserver, RenewObserver, LossObserver, ReleaseObserver", o)
+			return invalidOption("WithObserver(%T): it implements none of AcquireObserver, WaitObserver, LongWaitObserver, RenewObserver, LossObserver, ReleaseObserver", o)
 		}
 		c.observers = append(c.observers[:len(c.observers):len(c.observers)], o)
 		return nil
 	})
 }
 
-// WithHolder sets the holder id stored with the lock (default: 16 random
-// bytes in hex, new per acquisition). An id names one holder: an
+// WithHolder sets the holder id stored with the lock (default: one that
+// names the process and is new per acquisition, "<host>:<pid>:<random>",
+// the host name's first label cut to 32 bytes, 64 random bits in 11
+// characters of base64url; at most 52 bytes). An id names one holder: an
 // acquisition with the id of the lock's current holder gets that lock back
 // (same token, lease restarted) instead of waiting, so a retry after a
 // lost reply, or a restarted process that kept its id, resumes at once.

@@ -68,8 +68,8 @@ func (c *Client) warnPublishRefused(name, refused string) {
 // warnOutage is logged once per client when a waiting Acquire cannot
 // reach Redis (err: the dial error, or the connection's): Acquire waits
 // through an outage, as through a failover, and without this line the
-// wait reads as a held lock.
-func (c *Client) warnOutage(name string, err error) {
+// wait reads as a held lock. until says what ends that wait (waitEnd).
+func (c *Client) warnOutage(name, until string, err error) {
 	c.checks.outageWarned.Do(func() {
 		attrs := []any{slog.String("name", name), slog.String("err", err.Error())}
 		at := "the client's address"
@@ -78,8 +78,11 @@ func (c *Client) warnOutage(name string, err error) {
 			at = addr
 		}
 		attrs = append(attrs, slog.String("fix", "check that redis-server runs at "+at+" and that this host may reach it"))
-		c.configLogger().Warn("fence: Redis is unreachable while Acquire waits; it keeps trying until its context "+
-			"or wait limit (WithWaitLimit) ends the wait", attrs...)
+		if until == "" {
+			until = "its context or wait limit"
+		}
+		c.configLogger().Warn("fence: Redis is unreachable while Acquire waits; it keeps trying until "+until+
+			" ends the wait", attrs...)
 	})
 }
 

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The wait for a held lock (Acquire after its first attempt): the waiter
@@ -35,6 +37,7 @@ type waiter struct {
 	k      keys
 	cfg    config
 	holder string
+	until  string        // what ends the wait, as the outage warning says it
 	wake   chan struct{} // cap 1: the outcome changed
 
 	mu    sync.Mutex
@@ -140,8 +143,12 @@ func (w *waiter) run(ctx, wctx context.Context, start time.Time, warm bool, beat
 		beat = minTime(beat, time.Now())
 	}
 	c.wd.addWaiter(w, beat)
+	long := time.NewTimer(LongWait - time.Since(start))
+	defer long.Stop()
 	for {
 		select {
+		case <-long.C:
+			w.reportLongWait(ctx, wctx, time.Since(start))
 		case <-w.wake:
 			if l, err, end := w.outcome(ctx); end {
 				return done(l, err)
@@ -334,7 +341,7 @@ func (w *waiter) answered(rep acquireReply, sent time.Time, err error) time.Time
 		w.backoff = min(2*w.backoff, maxErrorBackoff)
 		w.mu.Unlock()
 		if connectionError(err) {
-			w.c.warnOutage(w.name, err)
+			w.c.warnOutage(w.name, w.until, err)
 		}
 		return next
 	case err != nil:
@@ -417,7 +424,7 @@ func (w *waiter) leaveCall() scriptCall {
 func (w *waiter) subscribeFailed(err error) {
 	if last := w.lastTransient(); connectionError(last) &&
 		(connectionError(err) || errors.Is(err, errUnconfirmed) || errors.Is(err, errNodeDown)) {
-		w.c.warnOutage(w.name, last)
+		w.c.warnOutage(w.name, w.until, last)
 		return
 	}
 	w.c.checks.subscribeWarned.Do(func() {
@@ -451,4 +458,50 @@ func retryAfter(pttl int64) time.Duration {
 	}
 	d := time.Duration(pttl) * time.Millisecond
 	return d + rand.N(d/20+2*time.Millisecond)
+}
+
+// reportLongWait says, once per wait, who holds the lock the call has
+// waited for longer than LongWait, and until when: a holder that crashed
+// holds its lock until its lease runs out, and the wait must not pass in
+// silence. One round trip (GET and PTTL), bounded, in the waiting
+// goroutine: a grant meanwhile waits in w.wake.
+func (w *waiter) reportLongWait(ctx, wctx context.Context, waited time.Duration) {
+	c := w.c
+	e := LongWaitEvent{Name: w.name, Waited: waited}
+	rctx, cancel := context.WithTimeout(wctx, 2*time.Second)
+	defer cancel()
+	pipe := c.rdb.Pipeline()
+	val := pipe.Get(rctx, w.k.lock)
+	pttl := pipe.PTTL(rctx, w.k.lock)
+	sent := time.Now()
+	_, _ = pipe.Exec(rctx)
+	switch v, err := val.Result(); {
+	case errors.Is(err, redis.Nil): // free: being handed over
+	case err != nil:
+		e.Err = err
+	default:
+		e.Token, _ = tokenOf(v)
+		e.Holder = holderOf(v)
+		if d, err := pttl.Result(); err == nil && d > 0 {
+			e.Until = sent.Add(d)
+		}
+	}
+	if ctxEnded(wctx) {
+		return // the wait ended meanwhile: nothing to say
+	}
+	attrs := []slog.Attr{slog.String("name", e.Name), slog.Duration("waited", e.Waited.Round(time.Millisecond))}
+	switch {
+	case e.Err != nil:
+		attrs = append(attrs, slog.String("err", e.Err.Error()))
+	case e.Holder != "":
+		attrs = append(attrs, slog.String("holder", e.Holder), slog.Int64("token", e.Token))
+		if !e.Until.IsZero() {
+			attrs = append(attrs, slog.Time("until", e.Until.Round(time.Millisecond)),
+				slog.Duration("lease_left", e.Until.Sub(sent).Round(time.Millisecond)))
+		}
+	}
+	c.configLogger().LogAttrs(ctx, slog.LevelInfo, "fence: still waiting for a lock held by another holder", attrs...)
+	if len(c.obs.long) > 0 {
+		c.obs.onLongWait(ctx, e)
+	}
 }

@@ -19,13 +19,13 @@ import (
 
 // The shared pub/sub connection is killed while a waiter waits: it is
 // redialled and resubscribed, and the release message still wakes the
-// waiter long before the holder's 30 s lease would.
+// waiter long before the holder's minute-long lease would.
 func TestWaiterSurvivesPubSubReconnect(t *testing.T) {
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newClient(t, r, nil)
 	waiters := newClient(t, r, r.NewClient(&redis.Options{ClientName: "waiter"}))
-	held, err := holder.Acquire(ctx, "rc")
+	held, err := holder.Acquire(ctx, "rc", fence.WithLease(time.Minute))
 	require.NoError(t, err)
 	got := make(chan *fence.Lock, 1)
 	go func() {
@@ -146,7 +146,7 @@ func TestWaiterLeavingPassesWakeOn(t *testing.T) {
 	holder := newClient(t, r, nil)
 	rec := newRecorder()
 	waiters := newClient(t, r, nil, fence.WithObserver(rec))
-	held, err := holder.Acquire(ctx, "pass")
+	held, err := holder.Acquire(ctx, "pass", fence.WithLease(time.Minute))
 	require.NoError(t, err)
 
 	firstCtx, cancelFirst := context.WithCancel(ctx)
@@ -171,7 +171,7 @@ func TestWaiterLeavingPassesWakeOn(t *testing.T) {
 	case l := <-second:
 		require.NotNil(t, l)
 		require.NoError(t, l.Release(ctx))
-	case <-time.After(15 * time.Second): // the lease is 30 s
+	case <-time.After(15 * time.Second): // the lease is a minute
 		t.Fatal("the second waiter was not woken after the first left and the holder released")
 	}
 }

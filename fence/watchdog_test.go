@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,6 +258,42 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// logWatch is a log sink that a test waits on for a line, event-driven.
+type logWatch struct {
+	syncBuffer
+	wrote chan struct{} // cap 1: something was written
+}
+
+func newLogWatch() *logWatch { return &logWatch{wrote: make(chan struct{}, 1)} }
+
+func (w *logWatch) Write(p []byte) (int, error) {
+	n, err := w.syncBuffer.Write(p)
+	select {
+	case w.wrote <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+// waitFor returns the first line that contains s, waiting for it (at
+// most a generous minute: a bound for a hung test, not a speed check).
+func (w *logWatch) waitFor(t testing.TB, s string) string {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		for line := range strings.Lines(w.String()) {
+			if strings.Contains(line, s) {
+				return strings.TrimSpace(line)
+			}
+		}
+		select {
+		case <-w.wrote:
+		case <-deadline:
+			t.Fatalf("no log line with %q; logged:\n%s", s, w.String())
+		}
+	}
 }
 
 func TestLossSignalledOnPause(t *testing.T) {
