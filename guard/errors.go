@@ -91,6 +91,14 @@ var (
 	// store needs of the schema is missing, and the fix is the same.
 	ErrSchemaOutdated error = &kindError{msg: "guard: fencelock schema out of date", kind: ErrSchemaMissing}
 
+	// ErrPermission is matched by the error of a store call, a relay or
+	// an outbox call when the database refused the role a privilege on
+	// the fencelock schema (SQLSTATE 42501: USAGE on the schema, EXECUTE
+	// on its functions): nothing was written. The message names the role,
+	// what it lacks on which object, and the GRANT that the schema's
+	// owner runs, in which database. The error also matches the driver's.
+	ErrPermission = errors.New("guard: permission denied on the fencelock schema")
+
 	// ErrNotClaimed is returned when a write to a table protected with
 	// pgfence's Protect comes from a transaction that has neither claimed
 	// nor checked a fence: call fencelock.claim(resource, token, holder)

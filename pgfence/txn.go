@@ -221,7 +221,7 @@ func (t *txn) Commit(ctx context.Context) error {
 	if err == nil {
 		t.tx.queue.Committed()
 	}
-	return err
+	return t.s.core.ExplainPermission(ctx, err)
 }
 
 func (t *txn) commit(ctx context.Context) error {

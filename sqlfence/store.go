@@ -87,7 +87,7 @@ func (s *Store) Begin(ctx context.Context, c guard.Claim) (guard.Txn[*sql.Tx], e
 func (s *Store) beginOp(ctx context.Context, c guard.Claim, op pgcore.RunOp) (guard.Txn[*sql.Tx], error) {
 	t, err := s.begin(ctx, c, op)
 	if err != nil {
-		return nil, err
+		return nil, s.core.ExplainPermission(ctx, err)
 	}
 	return t, nil
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/pgcore"
-	"github.com/jackc/pgx/v5"
 )
 
 // txn is an open, checked transaction.
@@ -85,7 +84,7 @@ func (t *txn) Commit(ctx context.Context) error {
 	if err == nil {
 		t.queue.Committed()
 	}
-	return err
+	return t.s.core.ExplainPermission(ctx, err)
 }
 
 func (t *txn) commit(ctx context.Context) error {
@@ -107,9 +106,6 @@ func (t *txn) commit(ctx context.Context) error {
 	case errors.Is(err, sql.ErrNoRows):
 		t.rollback(ctx)
 		return fmt.Errorf("%w: fn sent COMMIT or ROLLBACK through the *sql.Tx; return an error from fn to roll back instead", guard.ErrTxEnded)
-	case query == closeReviveSQL && pgcore.Code(err) == "42501":
-		t.rollback(ctx)
-		return t.s.reviveGrantError(ctx, err)
 	default:
 		// Refused (FL001, FL003, FL004, lock timeout, an aborted
 		// transaction...) or ctx ended: COMMIT was not sent, nothing was
@@ -183,33 +179,6 @@ func (t *txn) rollback(ctx context.Context) {
 	_ = t.tx.Rollback()
 }
 
-// reviveGrantError words a commit refused because the role may not
-// execute fencelock.outbox_revive (its EXECUTE grant on all functions
-// predates migration 5, which added it), with the GRANT to repeat.
-func (s *Store) reviveGrantError(ctx context.Context, err error) error {
-	var sch pgcore.Schema
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), guard.RollbackTimeout)
-	defer cancel()
-	if _, qerr := s.core.Driver.QueryRow(rctx, pgcore.SchemaSQL, nil, sch.Dest()...); qerr != nil || sch.User == "" {
-		return fmt.Errorf("sqlfence: commit refused, nothing was committed: %w", err)
-	}
-	owner := "the schema's owner"
-	if sch.Owner.Valid {
-		owner = fmt.Sprintf("the schema's owner, role %q", sch.Owner.String)
-	}
-	return &wordedError{fmt.Sprintf("sqlfence: commit refused, nothing was committed: role %q may not execute fencelock.outbox_revive, which commits outbox effects (migration 5 added it, and a grant on all functions covers only those that existed when it was made): as %s, GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %s",
-		sch.User, owner, pgx.Identifier{sch.User}.Sanitize()), err}
-}
-
-// wordedError is err said in a message of its own, which names its cause
-// (err stays in the chain for errors.As).
-type wordedError struct {
-	msg string
-	err error
-}
-
-func (e *wordedError) Error() string { return e.msg }
-func (e *wordedError) Unwrap() error { return e.err }
 
 // isPostgres reports whether err carries an answer of the server.
 func isPostgres(err error) bool {

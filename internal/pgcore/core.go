@@ -125,12 +125,17 @@ func (c *Core) ConnError(op string, err error) error { return ConnError(c.Name, 
 
 // MapError is Map, except that a write refused as read-only asks the
 // server why (one more round trip, on that failure path only), to name the
-// setting.
+// setting, and a refusal of a privilege on the fencelock schema reads the
+// role, the database and the owner, to name the grant
+// (ExplainPermission).
 func (c *Core) MapError(ctx context.Context, err error) error {
-	if Code(err) != ReadOnly {
-		return Map(err)
+	switch Code(err) {
+	case ReadOnly:
+		return c.ExplainReadOnly(ctx)
+	case InsufficientPrivilege:
+		return c.ExplainPermission(ctx, err)
 	}
-	return c.ExplainReadOnly(ctx)
+	return Map(err)
 }
 
 // ExplainReadOnly asks the server why it refuses writes and returns
