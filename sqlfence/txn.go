@@ -179,7 +179,6 @@ func (t *txn) rollback(ctx context.Context) {
 	_ = t.tx.Rollback()
 }
 
-
 // isPostgres reports whether err carries an answer of the server.
 func isPostgres(err error) bool {
 	_, ok := pgcore.From(err)
