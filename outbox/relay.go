@@ -191,7 +191,7 @@ func (r *Relay) ready(ctx context.Context) error {
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, guard.ErrSchemaMissing), errors.As(err, new(*grantError)):
+		case errors.Is(err, guard.ErrSchemaMissing), errors.Is(err, guard.ErrPermission):
 			return err
 		case ctx.Err() != nil:
 			return nil // stopped while checking: not the database's trouble

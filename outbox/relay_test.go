@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/outbox"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -289,32 +290,66 @@ func TestRelayNeedsSchema(t *testing.T) {
 	ctx := ctxT(t)
 	noop := outbox.SenderFunc(func(context.Context, outbox.Delivery) error { return nil })
 
-	// A role with USAGE on the schema and no EXECUTE grant.
-	role := "fl_relay_nogrant_" + strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 36)
-	for _, q := range []string{`CREATE ROLE ` + role + ` LOGIN NOSUPERUSER NOINHERIT`, `GRANT USAGE ON SCHEMA fencelock TO ` + role} {
-		_, err := db.Pool.Exec(ctx, q)
-		require.NoError(t, err, q)
-	}
-	t.Cleanup(func() {
-		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
-		_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+role)
-	})
+	// Roles with the documented grants less USAGE, or less EXECUTE: Run
+	// returns at once, saying which and the statements the owner runs in
+	// this database; run as printed, they let the relay run.
 	u, err := url.Parse(db.URL)
 	require.NoError(t, err)
 	owner := u.User.Username()
-	u.User = url.User(role)
-	app, err := pgxpool.New(ctx, u.String())
-	require.NoError(t, err)
-	t.Cleanup(app.Close)
-	r, err := outbox.NewRelay(app, noop, outbox.WithLogger(quiet))
-	require.NoError(t, err)
-	err = r.Run(ctx)
-	require.Error(t, err)
-	assert.Equal(t, `outbox: role "`+role+`" may not execute the outbox functions: as the schema's owner, role "`+owner+`", GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO "`+role+`"`, err.Error())
+	for _, tc := range []struct {
+		skip  int
+		lacks string
+		fix   []string
+	}{
+		{0, "USAGE on schema fencelock, so it cannot run", []string{"GRANT USAGE ON SCHEMA fencelock TO %[1]s", "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %[1]s", "ALTER DEFAULT PRIVILEGES FOR ROLE %[2]s IN SCHEMA fencelock GRANT EXECUTE ON FUNCTIONS TO %[1]s"}},
+		{1, "EXECUTE on the outbox's functions (fencelock.outbox_claim and others), so it cannot run", []string{"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %[1]s", "ALTER DEFAULT PRIVILEGES FOR ROLE %[2]s IN SCHEMA fencelock GRANT EXECUTE ON FUNCTIONS TO %[1]s"}},
+	} {
+		role := "fl_relay_" + strconv.Itoa(tc.skip) + "_" + strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 36)
+		_, err := db.Pool.Exec(ctx, `CREATE ROLE `+role+` LOGIN NOSUPERUSER NOINHERIT`)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
+			_, _ = db.Pool.Exec(context.Background(), `DROP ROLE `+role)
+		})
+		for i, g := range msgtest.AppGrants {
+			if i != tc.skip {
+				_, err := db.Pool.Exec(ctx, fmt.Sprintf(g, role, owner))
+				require.NoError(t, err)
+			}
+		}
+		au := *u
+		au.User = url.User(role)
+		app, err := pgxpool.New(ctx, au.String())
+		require.NoError(t, err)
+		t.Cleanup(app.Close)
+		r, err := outbox.NewRelay(app, noop, outbox.WithLogger(quiet))
+		require.NoError(t, err)
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = r.Run(rctx) // returns at once; without its error, at the timeout with nil
+		cancel()
+		require.Error(t, err, "Run waited instead of saying what the role lacks")
+		assert.ErrorIs(t, err, guard.ErrPermission)
+		var stmts []string
+		for _, f := range tc.fix {
+			stmts = append(stmts, fmt.Sprintf(f, role, owner))
+		}
+		assert.Equal(t, fmt.Sprintf(`outbox: relay: role %q lacks %s: as the schema's owner (role %q), run in database %q: psql -U %s -d %s -c '%s;'`,
+			role, tc.lacks, owner, db.Name, owner, db.Name, strings.Join(stmts, "; ")), err.Error())
+		fix := msgtest.ParsePsql(t, err.Error())
+		for _, stmt := range fix.SQL {
+			_, err := db.Pool.Exec(ctx, stmt)
+			require.NoError(t, err, stmt)
+		}
+		// Now Run passes its check and runs until stopped (a refusal
+		// would come back at once, not at the stop).
+		rctx, cancel = context.WithTimeout(ctx, time.Second)
+		require.NoError(t, r.Run(rctx), "after the fix %s", fix)
+		cancel()
+	}
 
 	_, err = db.Pool.Exec(ctx, `ALTER FUNCTION fencelock.outbox_claim(bigint, integer, interval, text) RENAME TO outbox_claim_gone`)
 	require.NoError(t, err)
-	r, err = outbox.NewRelay(db.Pool, noop, outbox.WithLogger(quiet))
+	r, err := outbox.NewRelay(db.Pool, noop, outbox.WithLogger(quiet))
 	require.NoError(t, err)
 	err = r.Run(ctx)
 	require.Error(t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/fencelock/fencelock/guard"
@@ -17,11 +16,6 @@ import (
 // schema and the role's grants are read from the catalog (pgcore.SchemaSQL,
 // to_regprocedure), which needs no privilege and raises nothing when
 // something is missing, so each cause gets its own message and fix.
-
-// grantError: the role may not execute an outbox function.
-type grantError struct{ msg string }
-
-func (e *grantError) Error() string { return e.msg }
 
 // prefixedError is err, an error of the schema check (whose message starts
 // with guard's prefix), under the outbox's prefix instead: one prefix per
@@ -49,12 +43,6 @@ func readSchema(ctx context.Context, db DB) (pgcore.Schema, error) {
 	return s, pgxRow{rows}.Scan(s.Dest()...)
 }
 
-// grantFix is the GRANT that lets s's role execute the fencelock
-// functions, and who may run it.
-func grantFix(s pgcore.Schema) string {
-	return fmt.Sprintf("as %s, GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %s", schemaOwner(s), pgx.Identifier{s.User}.Sanitize())
-}
-
 // schemaOwner names the schema's owner, as a message says it.
 func schemaOwner(s pgcore.Schema) string {
 	if s.Owner.Valid {
@@ -65,8 +53,12 @@ func schemaOwner(s pgcore.Schema) string {
 
 // checkSchema is a relay's look at the database before it runs: nil, an
 // error matching guard.ErrSchemaMissing (the schema missing or older than
-// this fencelock needs, or its outbox changed by hand), a *grantError, or
-// the database's error (a connection that failed, ...) to wait through.
+// this fencelock needs, or its outbox changed by hand), one matching
+// guard.ErrPermission (the role lacks USAGE on the schema or EXECUTE on
+// the outbox's functions), or the database's error (a connection that
+// failed, ...) to wait through. Everything is read from the catalog,
+// which needs no privilege: to_regprocedure would raise a refusal of its
+// own for a role without USAGE.
 func checkSchema(ctx context.Context, db DB) error {
 	s, err := readSchema(ctx, db)
 	if err != nil {
@@ -75,12 +67,16 @@ func checkSchema(ctx context.Context, db DB) error {
 	if err := s.Err(pgcore.PgxTarget(db)); err != nil {
 		return reprefix("outbox: ", err)
 	}
-	var exists, can bool
-	rows, err := db.Query(ctx, `SELECT p IS NOT NULL, p IS NOT NULL AND pg_catalog.has_function_privilege(p, 'EXECUTE')
-  FROM (SELECT pg_catalog.to_regprocedure('fencelock.outbox_claim(bigint, integer, interval, text)') p) f`, pgx.QueryExecModeExec)
+	var usage, exists, can bool
+	rows, err := db.Query(ctx, `SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE'), p.oid IS NOT NULL,
+  p.oid IS NOT NULL AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE')
+  FROM pg_catalog.pg_namespace n LEFT JOIN pg_catalog.pg_proc p ON p.pronamespace OPERATOR(pg_catalog.=) n.oid
+   AND p.proname OPERATOR(pg_catalog.=) 'outbox_claim'
+  WHERE n.nspname OPERATOR(pg_catalog.=) 'fencelock' LIMIT 1`, pgx.QueryExecModeExec)
 	if err == nil {
-		err = pgxRow{rows}.Scan(&exists, &can)
+		err = pgxRow{rows}.Scan(&usage, &exists, &can)
 	}
+	grants := pgcore.AppGrants(s.User, s.Owner.String)
 	switch {
 	case err != nil:
 		return err
@@ -89,17 +85,13 @@ func checkSchema(ctx context.Context, db DB) error {
 		// something a migration fixes (Up has nothing to apply).
 		return &prefixedError{msg: fmt.Sprintf("outbox: schema fencelock in database %q is at %s but has no function fencelock.outbox_claim (changed by hand): restore it as migrations/00003_outbox.sql defines it, as %s",
 			s.Database, s.Have(), schemaOwner(s)), err: guard.ErrSchemaMissing}
+	case !usage:
+		return pgcore.Lacks("outbox: relay: ", s, "USAGE on schema fencelock", "it cannot run", grants, nil)
 	case !can:
-		return &grantError{fmt.Sprintf("outbox: role %q may not execute the outbox functions: %s", s.User, grantFix(s))}
+		return pgcore.Lacks("outbox: relay: ", s, "EXECUTE on the outbox's functions (fencelock.outbox_claim and others)", "it cannot run", grants[1:], nil)
 	}
 	return nil
 }
-
-// addedBy is the migration that added an outbox function, for those that
-// came after the outbox's (3).
-var addedBy = map[string]int{"outbox_backlog": 5, "outbox_revive": 5}
-
-var deniedFunction = regexp.MustCompile(`permission denied for function (\w+)`)
 
 // opError words an error of an operator's call (List, Count, Backlog,
 // Requeue) as "outbox: <op>: ...": a schema missing or older than this
@@ -123,14 +115,10 @@ func opError(ctx context.Context, db DB, op string, err error) error {
 	case serr != nil:
 	case s.Err(pgcore.PgxTarget(db)) != nil:
 		return reprefix(prefix, s.Err(pgcore.PgxTarget(db)))
-	case pgErr.Code == "42501":
-		if m := deniedFunction.FindStringSubmatch(pgErr.Message); m != nil {
-			added := 3
-			if v, ok := addedBy[m[1]]; ok {
-				added = v
-			}
-			return &grantError{fmt.Sprintf("%srole %q may not execute fencelock.%s (migration %d added it, and a grant on all functions covers only those that existed when it was made): %s",
-				prefix, s.User, m[1], added, grantFix(s))}
+	case pgErr.Code == pgcore.InsufficientPrivilege:
+		// The operators' calls run fencelock's functions only.
+		if perr := pgcore.PermissionError(prefix, s, true, err); perr != err {
+			return perr
 		}
 	}
 	return fmt.Errorf("%s%w", prefix, describe(err))

@@ -101,8 +101,16 @@ func PermissionError(prefix string, s Schema, fn bool, err error) error {
 	default:
 		return err
 	}
-	return &PermissionErr{msg: fmt.Sprintf("%srole %q lacks %s, so nothing was written: %s",
-		prefix, s.User, lacks, OwnerFix(s, grants)), err: err}
+	return Lacks(prefix, s, lacks, "nothing was written", grants, err)
+}
+
+// Lacks is the error of a role that lacks a privilege on the fencelock
+// schema, found by the server's refusal err or (err nil) read from the
+// catalog: lacks is what it lacks ("USAGE on schema fencelock"), so what
+// follows ("nothing was written"), grants what the schema's owner runs.
+func Lacks(prefix string, s Schema, lacks, so string, grants []string, err error) *PermissionErr {
+	return &PermissionErr{msg: fmt.Sprintf("%srole %q lacks %s, so %s: %s",
+		prefix, s.User, lacks, so, OwnerFix(s, grants)), err: err}
 }
 
 // AppGrants are the statements that give role what an application needs
@@ -170,5 +178,10 @@ type PermissionErr struct {
 	err error
 }
 
-func (e *PermissionErr) Error() string   { return e.msg }
-func (e *PermissionErr) Unwrap() []error { return []error{guard.ErrPermission, e.err} }
+func (e *PermissionErr) Error() string { return e.msg }
+func (e *PermissionErr) Unwrap() []error {
+	if e.err == nil {
+		return []error{guard.ErrPermission}
+	}
+	return []error{guard.ErrPermission, e.err}
+}
