@@ -221,7 +221,7 @@ func (e *env) waitLibs() []locker {
 
 func librarySettings() map[string]string {
 	return map[string]string{
-		"fence":          "fence.New(rdb) defaults: watchdog mode (lease 30 s, renewed every lease/3), token issued on every acquisition, event-driven waiting (pub/sub)",
+		"fence":          "fence.New(rdb) defaults: watchdog mode (lease 9 s, renewed every lease/3), token issued on every acquisition, event-driven waiting (pub/sub)",
 		"redsync":        "github.com/go-redsync/redsync/v4, one pool (goredis v9), NewMutex defaults: expiry 8 s, 32 tries, retry delay random 50–250 ms",
 		"redislock":      fmt.Sprintf("github.com/bsm/redislock, Obtain with TTL %v and RetryStrategy LinearBackoff(%v) (its documented example; no retry by default)", peerTTL, redislockBackoff),
 		fastPollName:     fmt.Sprintf("informational only, in handoff and contended: redislock with LinearBackoff(%v), not its documented setting; never used as the best peer in a goal", fastPollBackoff),

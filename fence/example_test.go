@@ -132,7 +132,7 @@ func ExampleClient_Acquire() {
 	ctx := context.Background()
 
 	run := func() error {
-		locks, err := fence.New(rdb) // default lease 30 s, renewed every 10 s
+		locks, err := fence.New(rdb) // default lease 9 s, renewed every 3 s
 		if err != nil {
 			return err
 		}

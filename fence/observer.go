@@ -63,7 +63,7 @@ type ReleaseObserver interface {
 type AcquireEvent struct {
 	Name   string
 	Token  int64  // 0 when not acquired
-	Holder string // the holder id asked for (random ids: the one made for the call)
+	Holder string // the holder id asked for (default ids: the one made for the call)
 	// Duration is the whole call; Waited the part of it spent waiting for
 	// another holder (0 when the first attempt decided).
 	Duration, Waited time.Duration
