@@ -45,24 +45,29 @@ type config struct {
 	RenewalLease     time.Duration `json:"renewal_lease_ns"`
 	RenewalPeriods   int           `json:"renewal_periods"`
 	RenewalReps      int           `json:"renewal_reps"`
-	GuardTxDirect    int           `json:"guard_tx_direct"`
-	GuardTxProxied   int           `json:"guard_tx_proxied"`
-	ProxyDelay       time.Duration `json:"proxy_delay_ns"`
-	SyncRows         int           `json:"sync_rows"`
-	OutboxLatencyN   int           `json:"outbox_latency_n"`
-	OutboxPollN      int           `json:"outbox_poll_n"`
-	OutboxBacklog    int           `json:"outbox_backlog"`
-	FairClients      int           `json:"fair_clients"`
-	FairGoroutines   int           `json:"fair_goroutines"`
-	FairHold         time.Duration `json:"fair_hold_ns"`
-	QueueWaiters     int           `json:"queue_waiters"`
-	QueueLiveness    time.Duration `json:"queue_liveness_ns"`
-	QueueReleases    int           `json:"queue_releases"`
-	HeadLiveness     time.Duration `json:"head_liveness_ns"`
-	LeaderKillLease  time.Duration `json:"leader_kill_lease_ns"`
-	Observers        int           `json:"observers"`
-	ObserverProcs    int           `json:"observer_procs"`
-	ObserveRounds    int           `json:"observe_rounds"`
+	// RenewalDefaultLocks locks are measured once more at
+	// RenewalDefaultLease (fence.DefaultLease in a real run): the cost an
+	// application that sets no lease pays.
+	RenewalDefaultLocks int           `json:"renewal_default_locks"`
+	RenewalDefaultLease time.Duration `json:"renewal_default_lease_ns"`
+	GuardTxDirect       int           `json:"guard_tx_direct"`
+	GuardTxProxied      int           `json:"guard_tx_proxied"`
+	ProxyDelay          time.Duration `json:"proxy_delay_ns"`
+	SyncRows            int           `json:"sync_rows"`
+	OutboxLatencyN      int           `json:"outbox_latency_n"`
+	OutboxPollN         int           `json:"outbox_poll_n"`
+	OutboxBacklog       int           `json:"outbox_backlog"`
+	FairClients         int           `json:"fair_clients"`
+	FairGoroutines      int           `json:"fair_goroutines"`
+	FairHold            time.Duration `json:"fair_hold_ns"`
+	QueueWaiters        int           `json:"queue_waiters"`
+	QueueLiveness       time.Duration `json:"queue_liveness_ns"`
+	QueueReleases       int           `json:"queue_releases"`
+	HeadLiveness        time.Duration `json:"head_liveness_ns"`
+	LeaderKillLease     time.Duration `json:"leader_kill_lease_ns"`
+	Observers           int           `json:"observers"`
+	ObserverProcs       int           `json:"observer_procs"`
+	ObserveRounds       int           `json:"observe_rounds"`
 	// Etcd adds etcd's concurrency.Mutex to handoff2 and fair, and its
 	// Election to election, on an etcd server the bench starts (Debian
 	// package etcd-server).
@@ -77,6 +82,7 @@ func defaultConfig() config {
 		HandoffRounds: 30, HandoffHold: 10 * time.Millisecond,
 		ContendedWorkers: 16, ContendedHold: time.Millisecond, ContendedDur: 5 * time.Second,
 		RenewalLocks: []int{1000, 10000}, RenewalLease: 3 * time.Second, RenewalPeriods: 3, RenewalReps: 5,
+		RenewalDefaultLocks: 1000, RenewalDefaultLease: fence.DefaultLease,
 		GuardTxDirect: 400, GuardTxProxied: 60, ProxyDelay: time.Millisecond,
 		SyncRows:       10000,
 		OutboxLatencyN: 200, OutboxPollN: 30, OutboxBacklog: 20000,
@@ -94,6 +100,7 @@ func quickConfig() config {
 		HandoffRounds: 2, HandoffHold: 5 * time.Millisecond,
 		ContendedWorkers: 4, ContendedHold: time.Millisecond, ContendedDur: 300 * time.Millisecond,
 		RenewalLocks: []int{50}, RenewalLease: 900 * time.Millisecond, RenewalPeriods: 1, RenewalReps: 1,
+		RenewalDefaultLocks: 50, RenewalDefaultLease: 900 * time.Millisecond,
 		GuardTxDirect: 10, GuardTxProxied: 3, ProxyDelay: time.Millisecond,
 		SyncRows:       50,
 		OutboxLatencyN: 5, OutboxPollN: 2, OutboxBacklog: 200,

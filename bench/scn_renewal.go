@@ -39,7 +39,7 @@ func runRenewal(ctx context.Context, e *env, res *results) error {
 	}
 	for rep := 0; rep < e.cfg.RenewalReps; rep++ {
 		for _, n := range e.cfg.RenewalLocks {
-			r, err := renewalOnce(ctx, e, n)
+			r, err := renewalOnce(ctx, e, n, e.cfg.RenewalLease)
 			if err != nil {
 				return fmt.Errorf("%d locks: %w", n, err)
 			}
@@ -84,6 +84,33 @@ func runRenewal(ctx context.Context, e *env, res *results) error {
 		s.Ratios[fmt.Sprintf("busy/floor %d", n)] = pairedRatio(g.busy, g.floor)
 		s.Ratios[fmt.Sprintf("peer_loop/busy %d", n)] = pairedRatio(g.peer, g.busy)
 	}
+	return renewalAtDefault(ctx, e, s)
+}
+
+// renewalAtDefault measures the renewal cost at fence's default lease
+// (what an application that sets none pays), once: N locks, the same
+// figures as above, per period and per second.
+func renewalAtDefault(ctx context.Context, e *env, s *scenario) error {
+	n, lease := e.cfg.RenewalDefaultLocks, e.cfg.RenewalDefaultLease
+	if n <= 0 {
+		return nil
+	}
+	r, err := renewalOnce(ctx, e, n, lease)
+	if err != nil {
+		return fmt.Errorf("%d locks at lease %v: %w", n, lease, err)
+	}
+	period := (lease / 3).Seconds()
+	logf(e.log, "  renewal %d locks at lease %v: %.1f rt/period, %.0f cmds/period, busy %.2f ms/period, cpu %.3f%%, %d lost",
+		n, lease, r.rtPerPeriod, r.cmdsPerPeriod, r.busyMs, r.cpuPct, r.lost)
+	lib := fmt.Sprintf("fence %d locks, lease %v", n, lease)
+	one := func(v float64) []float64 { return []float64{v} }
+	s.set(lib, "round_trips_per_period", newFigure("round trips", one(r.rtPerPeriod), nil))
+	s.set(lib, "round_trips_per_second", newFigure("round trips/s", one(r.rtPerPeriod/period), nil))
+	s.set(lib, "cmds_per_second", newFigure("server commands/s", one(r.cmdsPerPeriod/period), nil))
+	s.set(lib, "busy_ms_per_second", newFigure("ms/s", one(r.busyMs/period), nil))
+	s.set(lib, "cpu_pct_core", newFigure("% of one core", one(r.cpuPct), nil))
+	s.set(lib, "locks_lost", newFigure("locks lost by the watchdog", one(float64(r.lost)), nil))
+	s.Notes = append(s.Notes, fmt.Sprintf("at the default lease (%v, renewals every %v): %s, one repetition, the same method.", lease, lease/3, lib))
 	return nil
 }
 
@@ -104,10 +131,10 @@ func heapNow() uint64 {
 	return ms.HeapAlloc
 }
 
-func renewalOnce(ctx context.Context, e *env, n int) (*renewalRep, error) {
+func renewalOnce(ctx context.Context, e *env, n int, lease time.Duration) (*renewalRep, error) {
 	cfg := e.cfg
-	period := cfg.RenewalLease / 3
-	fl, err := newFenceLocker(e.redis.Addr, fence.WithLease(cfg.RenewalLease))
+	period := lease / 3
+	fl, err := newFenceLocker(e.redis.Addr, fence.WithLease(lease))
 	if err != nil {
 		return nil, err
 	}
