@@ -1,8 +1,11 @@
 package guard
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 
 	"github.com/fencelock/fencelock/internal/oneline"
@@ -230,3 +233,49 @@ const (
 	// cursor is not indexed: a sanity bound).
 	MaxCursorLen = 1 << 20
 )
+
+// interrupted words an error of Exec that ended because ctx ended or the
+// database connection was lost before the commit was sent (fn's statement
+// cut, the server shut down): a bare "context deadline exceeded" or a
+// server's "FATAL: terminating connection" says neither that nothing was
+// committed nor that a retry is safe. An unknown outcome, a transaction
+// ended inside fn and a lost lease say what they mean already.
+func interrupted(err error, key string) error {
+	if err == nil || errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrTxEnded) || errors.Is(err, ErrLeaseLost) {
+		return err
+	}
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !connectionLost(err) {
+		return err
+	}
+	what := "interrupted, nothing was committed"
+	if strings.Contains(err.Error(), "nothing was committed") {
+		what = "interrupted"
+	}
+	retry := "retrying is safe"
+	if key != "" {
+		retry = fmt.Sprintf("retrying with the same key (%q) is safe", key)
+	}
+	return &wrapped{msg: "guard: " + what + "; " + retry + ": " + err.Error(), err: err}
+}
+
+// connectionLost reports whether err is a lost connection: the server's
+// shutdown or a connection failure (SQLSTATE classes 57P and 08), or the
+// network's.
+func connectionLost(err error) bool {
+	var s interface{ SQLState() string }
+	if errors.As(err, &s) {
+		c := s.SQLState()
+		return strings.HasPrefix(c, "57P") || strings.HasPrefix(c, "08")
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+// wrapped is err under a message of its own, which names err's cause.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (e *wrapped) Error() string { return e.msg }
+func (e *wrapped) Unwrap() error { return e.err }

@@ -148,6 +148,7 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 		start := time.Now()
 		defer func(ctx context.Context) { report(ctx, obs, c, start, res, err) }(ctx)
 	}
+	defer func() { err = interrupted(err, c.Key) }()
 	// The lease first: ctx may be the lease's own context (lock.Context()),
 	// and its loss must be named as such.
 	if err := leaseLost(lease, nil); err != nil {
