@@ -110,9 +110,20 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 }
 
-// oneLine flattens a multi-line error (pgx joins attempts with newlines).
+// oneLine flattens a multi-line error (pgx joins attempts with newlines),
+// except the SQL statements of a fix (a line "  <statement>;"), which stay
+// one a line so that they paste into psql as printed.
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	var text, stmts []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if strings.HasPrefix(line, "  ") && strings.HasSuffix(line, ";") && len(text) > 0 {
+			stmts = append(stmts, "  "+strings.TrimSpace(line))
+			continue
+		}
+		text = append(text, line)
+	}
+	flat := strings.Join(strings.Fields(strings.Join(text, "; ")), " ")
+	return strings.Join(append([]string{flat}, stmts...), "\n")
 }
 
 func (a *app) rootCmd() *cobra.Command {

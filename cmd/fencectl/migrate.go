@@ -208,7 +208,7 @@ func (a *app) migrateDown(ctx context.Context, db *dbConn, yes, unprotect bool) 
 			return fmt.Errorf("%s: tables %s were protected in the meantime: nothing was changed; fix: unprotect them, or add --unprotect",
 				where, strings.Join(pe.Tables, ", "))
 		}
-		return db.explain(err)
+		return db.explainAs(opMigrate, err)
 	}
 	fmt.Fprintf(a.stdout, "dropped schema fencelock from %s (%s); %s is kept, empty\n", where, sum.short(), migrations.VersionTable)
 	return nil

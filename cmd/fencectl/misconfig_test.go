@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -536,13 +538,51 @@ func plainRole(t *testing.T, db *testenv.DB, suffix string) (role, dbURL string)
 	return role, withPassword(t, db.URL, role, pgSecret)
 }
 
-// grantsIn returns the statements after "as that owner: " or "as an
-// admin: " in a fix, split at "; ".
-func grantsIn(t *testing.T, errOut string) []string {
+// sqlFix is a fix's SQL as printed: who runs it (psql's -U, "" for an
+// admin), in which database (-d), one statement a line.
+type sqlFix struct {
+	role, db string
+	stmts    []string
+}
+
+var fixHead = regexp.MustCompile(`connected to database "[^"]*" \(psql(?: -U (\S+))? -d (\S+)\), run:\n((?:  [^\n]*;\n?)+)`)
+
+// fixIn reads the SQL fix in out: each statement on a line of its own,
+// ending with ';', after the line that says whom to run them as and the
+// database to connect to.
+func fixIn(t *testing.T, out string) sqlFix {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)as (?:that owner|an admin): (GRANT [^\n]+)$`).FindStringSubmatch(errOut)
-	require.NotNil(t, m, "the fix names no GRANT to paste: %q", errOut)
-	return strings.Split(m[1], "; ")
+	m := fixHead.FindStringSubmatch(out)
+	require.NotNil(t, m, "the fix names no SQL to paste, a statement a line: %q", out)
+	f := sqlFix{role: m[1], db: m[2]}
+	for _, line := range strings.Split(strings.TrimRight(m[3], "\n"), "\n") {
+		f.stmts = append(f.stmts, strings.TrimSuffix(strings.TrimPrefix(line, "  "), ";"))
+	}
+	return f
+}
+
+// grantsIn returns the statements of the fix in out.
+func grantsIn(t *testing.T, out string) []string { return fixIn(t, out).stmts }
+
+// paste runs f as printed: as its role (an admin when it names none) in
+// its database, each statement as psql would, with the password of that
+// role in passwords (the admin's is in db.URL).
+func paste(t *testing.T, db *testenv.DB, f sqlFix, passwords map[string]string) {
+	t.Helper()
+	ctx := ctxT(t)
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.Path = "/" + f.db
+	if f.role != "" && f.role != u.User.Username() {
+		u.User = url.UserPassword(f.role, passwords[f.role])
+	}
+	conn, err := pgx.Connect(ctx, u.String())
+	require.NoError(t, err, "connect as %q to database %q", f.role, f.db)
+	defer conn.Close(context.Background())
+	for _, stmt := range f.stmts {
+		_, err := conn.Exec(ctx, stmt)
+		require.NoError(t, err, "as %q in %q: %s", f.role, f.db, stmt)
+	}
 }
 
 // A refusal by Postgres names the GRANT that allows what the command
@@ -588,41 +628,60 @@ func TestPostgresPermissionFixesWork(t *testing.T) {
 			} else {
 				assert.Regexp(t, `^fencectl: Postgres at \S+ refused user "`+role+`": ERROR: permission denied[^;]*\(SQLSTATE 42501\); fix: run fencectl as the fencelock schema's owner \(role \w+\), or grant`, errOut)
 			}
-			grants := grantsIn(t, msg)
-			assert.Equal(t, fmt.Sprintf(tc.want, role), strings.Join(grants, "; "))
+			fix := fixIn(t, msg)
+			assert.Equal(t, fmt.Sprintf(tc.want, role), strings.Join(fix.stmts, "; "))
+			assert.Equal(t, db.Name, fix.db, "the database to connect to")
 			requireNoSecret(t, pgSecret, out, errOut)
-			for _, g := range grants {
-				_, err := db.Pool.Exec(ctx, g)
-				require.NoError(t, err, g)
-			}
+			paste(t, db, fix, nil) // the owner: the admin here
 			code, out, errOut = fencectlProc(t, nil, args...)
 			assert.Equal(t, exitOK, code, "after the fix: "+out+errOut)
 		})
 	}
 }
 
-// migrate up as a role that may not create the schema names the grants
-// that let it, which pasted make migrate up work; migrate down as another
-// role names the schema's owner to run it as.
+// migrate up as a role that may not create the schema, on a database
+// never migrated, names the grants an admin runs connected to that
+// database, which pasted there make migrate up work. After that owner's
+// migrate down, migrate up as another role is told that only the owner of
+// the version table it left can mend it (not a grant that changes
+// nothing); the owner's statement pasted, and the grants for the new role,
+// migrate up works. migrate down as a role that is not the schema's owner
+// names the owner to run it as, and no grant.
 func TestMigratePermissionFixesWork(t *testing.T) {
-	ctx := ctxT(t)
 	db := testenv.NewDB(t)
 	role, u := plainRole(t, db, "mig")
+	pw := map[string]string{role: pgSecret}
 	code, out, errOut := fencectlProc(t, nil, "migrate", "up", "--db", u)
 	require.Equal(t, exitFailed, code, out+errOut)
-	assert.Contains(t, errOut, "fix: run migrate as the role that is to own the fencelock schema, or let this one create it, as an admin: ")
-	for _, g := range grantsIn(t, errOut) {
-		_, err := db.Pool.Exec(ctx, g)
-		require.NoError(t, err, g)
-	}
+	assert.Contains(t, errOut, "fix: run migrate as the role that is to own the fencelock schema, or let this one create it: as an admin (a superuser, or the database's owner), connected to database ")
+	fix := fixIn(t, errOut)
+	assert.Equal(t, db.Name, fix.db)
+	assert.Empty(t, fix.role, "an admin")
+	paste(t, db, fix, pw)
 	code, out, errOut = fencectlProc(t, nil, "migrate", "up", "--db", u)
 	require.Equal(t, exitOK, code, "after the fix: "+out+errOut)
 	assert.Contains(t, out, "applied 00001_tables.sql")
 
 	other, otherURL := plainRole(t, db, "oth")
+	pw[other] = pgSecret
 	code, out, errOut = fencectlProc(t, nil, "migrate", "down", "--force", "--yes", "--db", otherURL)
 	require.Equal(t, exitFailed, code, out+errOut)
-	assert.Regexp(t, `refused user "`+other+`": .*; fix: run migrate as the owner of schema fencelock, role `+role+` \(its user and password in the address \(--db\)\)`, errOut)
+	assert.Regexp(t, `refused user "`+other+`": .*; fix: only the owner of schema fencelock, role `+role+`, may change it: run migrate as that role \(its user and password in the address \(--db\)\)\n$`, errOut)
+	assert.NotContains(t, errOut, "GRANT", "no grant mends what only the owner may do")
+
+	code, out, errOut = fencectlProc(t, nil, "migrate", "down", "--force", "--yes", "--db", u)
+	require.Equal(t, exitOK, code, out+errOut)
+	code, out, errOut = fencectlProc(t, nil, "migrate", "up", "--db", otherURL)
+	require.Equal(t, exitFailed, code, out+errOut)
+	assert.Contains(t, errOut, "fix: only role "+role+", which owns the version table fencelock_db_version (left by its migrate down), can mend this: ")
+	fix = fixIn(t, errOut)
+	assert.Equal(t, sqlFix{role: role, db: db.Name, stmts: []string{"DROP TABLE fencelock_db_version"}}, fix)
+	paste(t, db, fix, pw)
+	code, out, errOut = fencectlProc(t, nil, "migrate", "up", "--db", otherURL)
+	require.Equal(t, exitFailed, code, out+errOut)
+	paste(t, db, fixIn(t, errOut), pw) // the admin's grants for this role
+	code, out, errOut = fencectlProc(t, nil, "migrate", "up", "--db", otherURL)
+	require.Equal(t, exitOK, code, "after the fixes: "+out+errOut)
 }
 
 // selfSignedCert writes a self-signed certificate for 127.0.0.1 and its key

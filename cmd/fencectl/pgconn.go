@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/fencelock/fencelock/migrations"
 )
 
@@ -135,39 +136,86 @@ func (c *dbConn) explainAs(op pgOp, err error) error {
 // schema public".
 var deniedSchema = regexp.MustCompile(`permission denied for schema "?([^"\s]+)"?`)
 
-// grantFix is the fix for a refusal of what op needed: the GRANT that
-// allows it, to paste as the schema's owner (or an admin), or, for
-// migrations, the role to run them as.
+// grantFix is the fix for a refusal of what op needed: the GRANTs that
+// allow it, one statement a line, with who runs them and the database to
+// connect to (the schema and public are per database), or, for what only
+// an owner can mend, the role to run migrate as.
 func (c *dbConn) grantFix(op pgOp, pgErr *pgconn.PgError) string {
 	user := pgIdent(c.cfg.ConnConfig.User)
+	dbname := c.cfg.ConnConfig.Database
 	owner := c.schemaOwner()
 	if op == opMigrate {
-		if owner != "" {
-			return fmt.Sprintf("run migrate as the owner of schema fencelock, role %s (its user and password in the address (%s)): only the owner may change the schema", owner, c.src.where())
-		}
-		grants := "GRANT CREATE ON DATABASE " + pgIdent(c.cfg.ConnConfig.Database) + " TO " + user
-		// goose creates its version table first, in the first schema of
-		// the search_path, which the refusal names.
-		if m := deniedSchema.FindStringSubmatch(pgErr.Message); m != nil {
-			grants += "; GRANT CREATE ON SCHEMA " + pgIdent(m[1]) + " TO " + user
-		}
-		return "run migrate as the role that is to own the fencelock schema, or let this one create it, as an admin: " + grants
+		return c.migrateFix(pgErr, owner)
 	}
 	as := "run fencectl as the fencelock schema's owner"
 	if owner != "" {
 		as += " (role " + owner + ")"
 	}
-	as += ", or grant what it needs, as that owner: "
+	as += ", or grant what it needs: "
 	// Everything the command needs at once, so that one paste is enough
 	// (a grant on the tables alone would next meet the schema's USAGE):
 	// the application's grants, then what fencectl reads or deletes.
-	grants := []string{"GRANT USAGE ON SCHEMA fencelock TO " + user, "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO " + user}
+	grants := pgcore.AppGrants(c.cfg.ConnConfig.User, owner)[:2]
 	if op == opPrune {
 		grants = append(grants, "GRANT SELECT, DELETE ON fencelock.applied, fencelock.runs TO "+user)
 	} else {
 		grants = append(grants, "GRANT SELECT ON ALL TABLES IN SCHEMA fencelock TO "+user, "GRANT SELECT ON "+migrations.VersionTable+" TO "+user)
 	}
-	return as + strings.Join(grants, "; ")
+	return as + runAs("that owner", owner, dbname, grants)
+}
+
+// migrateFix is the fix for a refusal of migrate up or down: what only
+// an owner can mend says so and names that owner (the schema's, or the
+// version table's that a migrate down left); a role that may not create
+// the schema is given the grants an admin runs.
+func (c *dbConn) migrateFix(pgErr *pgconn.PgError, owner string) string {
+	user := pgIdent(c.cfg.ConnConfig.User)
+	dbname := c.cfg.ConnConfig.Database
+	where := c.src.where()
+	if owner != "" {
+		return fmt.Sprintf("only the owner of schema fencelock, role %s, may change it: run migrate as that role (its user and password in the address (%s))", owner, where)
+	}
+	if vt := c.tableOwner(migrations.VersionTable); vt != "" && vt != c.cfg.ConnConfig.User && strings.Contains(pgErr.Message, migrations.VersionTable) {
+		// The owner migrated down: its version table stays, empty of
+		// applied migrations, and only it may write or drop it.
+		return fmt.Sprintf("only role %s, which owns the version table %s (left by its migrate down), can mend this: run migrate as that role (its user and password in the address (%s)), or let this role migrate once that role has dropped the table, which records no applied migration: %s",
+			vt, migrations.VersionTable, where, runAs("that role", vt, dbname, []string{"DROP TABLE " + migrations.VersionTable}))
+	}
+	grants := []string{"GRANT CREATE ON DATABASE " + pgIdent(dbname) + " TO " + user}
+	// goose creates its version table first, in the first schema of the
+	// search_path, which the refusal names.
+	if m := deniedSchema.FindStringSubmatch(pgErr.Message); m != nil {
+		grants = append(grants, "GRANT CREATE ON SCHEMA "+pgIdent(m[1])+" TO "+user)
+	}
+	return "run migrate as the role that is to own the fencelock schema, or let this one create it: " +
+		runAs("an admin (a superuser, or the database's owner)", "", dbname, grants)
+}
+
+// runAs is "as who, connected to database db (psql ...), run:" and the
+// statements, one a line, each ending with ';', ready to paste into psql.
+func runAs(who, role, db string, stmts []string) string {
+	u := ""
+	if role != "" {
+		u = " -U " + pgcore.ShellQuote(role)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "as %s, connected to database %q (psql%s -d %s), run:", who, db, u, pgcore.ShellQuote(db))
+	for _, s := range stmts {
+		b.WriteString("\n  " + s + ";")
+	}
+	return b.String()
+}
+
+// tableOwner is the owner of a table of the search_path, "" when there is
+// none or it cannot be read.
+func (c *dbConn) tableOwner(table string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	var owner string
+	if err := c.pool.QueryRow(ctx, `SELECT tableowner::text FROM pg_catalog.pg_tables WHERE tablename = $1 LIMIT 1`, table).Scan(&owner); err != nil {
+		return ""
+	}
+	return owner
 }
 
 // schemaOwner is the role that owns schema fencelock, "" when there is
