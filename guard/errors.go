@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 
 	"github.com/fencelock/fencelock/internal/oneline"
@@ -258,17 +256,17 @@ func interrupted(err error, key string) error {
 	return &wrapped{msg: "guard: " + what + "; " + retry + ": " + err.Error(), err: err}
 }
 
-// connectionLost reports whether err is a lost connection: the server's
-// shutdown or a connection failure (SQLSTATE classes 57P and 08), or the
-// network's.
+// connectionLost reports whether err is a connection the server ended
+// (SQLSTATE classes 57P, an operator's or a crash's shutdown, and 08). A
+// connection that could not be made is the stores' own message, which
+// names the address to check.
 func connectionLost(err error) bool {
 	var s interface{ SQLState() string }
 	if errors.As(err, &s) {
 		c := s.SQLState()
 		return strings.HasPrefix(c, "57P") || strings.HasPrefix(c, "08")
 	}
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+	return false
 }
 
 // wrapped is err under a message of its own, which names err's cause.

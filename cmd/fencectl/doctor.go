@@ -17,6 +17,9 @@ const (
 	verdictOK   verdict = "ok"
 	verdictWarn verdict = "warn"
 	verdictFail verdict = "fail"
+	// verdictSkip: an operator's check that the connected role may not
+	// run (it has an application's grants): not a fault of the setup.
+	verdictSkip verdict = "skip"
 )
 
 // finding is one line of doctor's report: a verdict, what was seen, and
@@ -45,6 +48,12 @@ func (d *doctor) warn(check, evidence, fix string) {
 
 func (d *doctor) fail(check, evidence, fix string) {
 	d.findings = append(d.findings, finding{Check: check, Verdict: verdictFail, Evidence: evidence, Fix: fix})
+}
+
+// skip is an operator's check the role may not run; how says what an
+// operator runs it with.
+func (d *doctor) skip(check, evidence, how string) {
+	d.findings = append(d.findings, finding{Check: check, Verdict: verdictSkip, Evidence: evidence, Fix: how})
 }
 
 // failErr is a failing check for err, a server that could not be used:
@@ -152,13 +161,15 @@ func (d *doctor) run(ctx context.Context) error {
 
 // print writes the report; a failing check makes run exit 1.
 func (d *doctor) print() error {
-	failed, warned := 0, 0
+	failed, warned, skipped := 0, 0, 0
 	for _, f := range d.findings {
 		switch f.Verdict {
 		case verdictFail:
 			failed++
 		case verdictWarn:
 			warned++
+		case verdictSkip:
+			skipped++
 		}
 	}
 	if d.a.json() {
@@ -175,13 +186,21 @@ func (d *doctor) print() error {
 			width = max(width, len(f.Check))
 		}
 		for _, f := range d.findings {
-			mark := map[verdict]string{verdictOK: "ok  ", verdictWarn: "warn", verdictFail: "FAIL"}[f.Verdict]
+			mark := map[verdict]string{verdictOK: "ok  ", verdictWarn: "warn", verdictFail: "FAIL", verdictSkip: "skip"}[f.Verdict]
 			fmt.Fprintf(d.a.stdout, "%s  %-*s  %s\n", mark, width, f.Check, f.Evidence)
+			label := "fix"
+			if f.Verdict == verdictSkip {
+				label = "an operator"
+			}
 			if f.Fix != "" {
-				fmt.Fprintf(d.a.stdout, "      %-*s  fix: %s\n", width, "", f.Fix)
+				fmt.Fprintf(d.a.stdout, "      %-*s  %s: %s\n", width, "", label, f.Fix)
 			}
 		}
-		fmt.Fprintf(d.a.stdout, "%d checks: %d failed, %d warnings\n", len(d.findings), failed, warned)
+		summary := fmt.Sprintf("%d checks: %d failed, %d warnings", len(d.findings), failed, warned)
+		if skipped > 0 {
+			summary += fmt.Sprintf(", %d left to an operator", skipped)
+		}
+		fmt.Fprintln(d.a.stdout, summary)
 	}
 	if failed > 0 {
 		return errFailed

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3"
 
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/fencelock/fencelock/migrations"
 )
 
@@ -48,6 +49,9 @@ func (d *doctor) checkMigrations(ctx context.Context, db *dbConn) {
 	case errors.Is(err, migrations.ErrUnrecorded), errors.Is(err, migrations.ErrRecordedMissing):
 		// The error names the difference and the fix.
 		d.fail("migrations", oneLine(err), "the step the evidence names, then 'fencectl migrate status'")
+		return
+	case err != nil && pgcore.Code(err) == pgcore.InsufficientPrivilege:
+		d.migrationsFromCatalog(ctx, db, err)
 		return
 	case err != nil:
 		var se *serverError
@@ -99,6 +103,30 @@ func (d *doctor) checkMigrations(ctx context.Context, db *dbConn) {
 		d.fail("migrations", fmt.Sprintf("%d of %d applied; pending: %s", len(applied), total, strings.Join(pending, ", ")),
 			"fencectl migrate up --db "+db.src.arg()+db.src.maskNote())
 	}
+}
+
+// migrationsFromCatalog is the migrations check of a role that may not
+// read the version table (an application role: reading it is an
+// operator's grant): the schema's version is read from the catalog, as
+// the stores read it, which needs no privilege.
+func (d *doctor) migrationsFromCatalog(ctx context.Context, db *dbConn, readErr error) {
+	var s pgcore.Schema
+	if err := db.pool.QueryRow(ctx, pgcore.SchemaSQL).Scan(s.Dest()...); err != nil {
+		d.failErr("migrations", db.explain(readErr))
+		return
+	}
+	if err := s.Err(nil); err != nil {
+		d.fail("migrations", strings.TrimPrefix(err.Error(), "guard: "), "fencectl migrate up --db "+db.src.arg()+db.src.maskNote()+", as the schema's owner")
+		return
+	}
+	d.ok("migrations", fmt.Sprintf("schema fencelock at %s, as this fencelock needs (read from the catalog)", s.Have()))
+	var se *serverError
+	how := "run fencectl doctor as the schema's owner"
+	if errors.As(db.explain(readErr), &se) {
+		how = se.Fix()
+	}
+	d.skip("migrations.recorded", fmt.Sprintf("not checked as role %s, which may not read the version table %s (an operator's grant; the application needs none)",
+		pgIdent(db.cfg.ConnConfig.User), migrations.VersionTable), how)
 }
 
 // checkPooler looks for a transaction pooler (PgBouncer in transaction

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
@@ -80,7 +81,7 @@ func verdicts(out string) map[string][]string {
 	v := map[string][]string{}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 2 && (f[0] == "ok" || f[0] == "warn" || f[0] == "FAIL") {
+		if len(f) >= 2 && (f[0] == "ok" || f[0] == "warn" || f[0] == "FAIL" || f[0] == "skip") {
 			v[f[0]] = append(v[f[0]], f[1])
 		}
 	}
@@ -446,4 +447,34 @@ func TestSentinel(t *testing.T) {
 	code, _, errOut = fencectl(t, "locks", "inspect", "job", "--redis", master.Addr, "--sentinel-master", "x")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "is not a Sentinel")
+}
+
+// doctor as an application role (the grants docs/operations.md gives)
+// finds nothing wrong with a correct setup: the schema's version is read
+// from the catalog, and what needs an operator's grant (the version table,
+// the outbox's rows) is left to an operator, with the grant, not failed
+// or warned; as the owner, every check runs.
+func TestDoctorAsApplicationRole(t *testing.T) {
+	db := migratedDB(t)
+	ctx := ctxT(t)
+	role, u := plainRole(t, db, "docapp")
+	var owner string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT current_user").Scan(&owner))
+	for _, g := range msgtest.AppGrants {
+		_, err := db.Pool.Exec(ctx, fmt.Sprintf(g, role, owner))
+		require.NoError(t, err)
+	}
+	code, out, errOut := fencectlProc(t, nil, "doctor", "--db", u)
+	require.Equal(t, exitOK, code, out+errOut)
+	v := verdicts(out)
+	assert.Empty(t, v["FAIL"], out)
+	assert.Equal(t, []string{"redis", "tokens"}, v["warn"], "only what needs --redis: %s", out)
+	assert.Regexp(t, `(?m)^ok\s+migrations\s+schema fencelock at version \d+, as this fencelock needs \(read from the catalog\)$`, out)
+	assert.Equal(t, []string{"migrations.recorded", "outbox"}, v["skip"], out)
+	assert.Contains(t, out, "left to an operator")
+
+	code, out, errOut = fencectlProc(t, nil, "doctor", "--db", db.URL)
+	require.Equal(t, exitOK, code, out+errOut)
+	assert.Empty(t, verdicts(out)["skip"], "the owner runs every check: %s", out)
+	assert.Regexp(t, `(?m)^ok\s+migrations\s+\d+ of \d+ applied`, out)
 }

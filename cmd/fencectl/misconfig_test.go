@@ -104,8 +104,11 @@ func TestREADMEACLUser(t *testing.T) {
 	code, out, errOut = fencectlProc(t, nil, "doctor", "--redis", u)
 	assert.Equal(t, exitOK, code, out+errOut)
 	assert.Empty(t, verdicts(out)["FAIL"], out)
+	assert.Equal(t, []string{"redis.persistence", "postgres", "tokens"}, verdicts(out)["warn"],
+		"the documented line passes doctor (the warnings are the test server's persistence and the missing --db): %s", out)
 	assert.Regexp(t, `ok\s+redis\.acl\s+user "app" may run every command fence uses`, out)
-	assert.Contains(t, out, "ACL SETUSER app +wait", "WithReplicaSync needs WAIT, which the line leaves out: the fix names the user")
+	assert.Regexp(t, `ok\s+redis\.replicas\s+.*WAIT is refused .*, which only fence.WithReplicaSync needs: with it, ACL SETUSER app \+wait`, out,
+		"WithReplicaSync needs WAIT, which the line leaves out: said, not warned, naming the user")
 
 	code, out, errOut = fencectlProc(t, nil, "locks", "list", "--redis", u)
 	assert.Equal(t, exitFailed, code, out+errOut)
