@@ -128,10 +128,15 @@ const whoamiTimeout = time.Second
 // made on Redis 7 gets no channel by default, acl-pubsub-default
 // resetchannels). Redis checks the command before the channels, so after
 // the command is granted a channel may still be refused: the warning says
-// so. The user is the one ACL WHOAMI names, looked up when lookup is set.
+// so. The user is the one the client's options name, else the one ACL
+// WHOAMI names, looked up when lookup is set.
 func (c *Client) logPublishRefused(ctx context.Context, lookup bool, name, refused string) {
 	user, found := "<user>", false // a placeholder, not quoted
-	if lookup {
+	if lg := c.login(); lg.known {
+		// The client's options name the user (or the default user):
+		// no ACL WHOAMI needed, which the documented ACL line leaves out.
+		user, found = shellQuote(lg.user), true
+	} else if lookup {
 		ctx, cancel := context.WithTimeout(ctx, whoamiTimeout)
 		pipe := c.rdb.Pipeline() // RedisClient has no Do
 		who := pipe.Do(ctx, "ACL", "WHOAMI")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -85,7 +86,31 @@ func TestHelpPerCommand(t *testing.T) {
 func TestVersion(t *testing.T) {
 	code, out, _ := fencectl(t, "--version")
 	require.Equal(t, exitOK, code)
-	assert.Regexp(t, `^fencectl \S+ .*go1\.\d+`, out)
+	assert.Regexp(t, `^fencectl .+ go1\.\d+`, out)
+	assert.NotContains(t, out, "(devel)")
+
+	// What the build info gives, never "(devel)".
+	vcs := func(kv ...string) *debug.BuildInfo {
+		bi := &debug.BuildInfo{Main: debug.Module{Path: "github.com/fencelock/fencelock", Version: "(devel)"}}
+		for i := 0; i < len(kv); i += 2 {
+			bi.Settings = append(bi.Settings, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return bi
+	}
+	rev := "1021518abcdef0123456789"
+	for _, tc := range []struct {
+		v    string
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{"v0.2.0", vcs("vcs.revision", rev), "v0.2.0 1021518abcde"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "v0.2.0"}}, "v0.2.0"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "v0.1.1-0.20261206010812-1021518abcde+dirty"}, Settings: vcs("vcs.revision", rev).Settings}, "v0.1.1-0.20261206010812-1021518abcde+dirty"},
+		{"", vcs("vcs.revision", rev, "vcs.time", "2026-12-06T01:08:12Z", "vcs.modified", "true"), "commit 1021518abcde (2026-12-06T01:08:12Z) with uncommitted changes"},
+		{"", vcs(), "a development build of github.com/fencelock/fencelock (no version or commit recorded: built with go run, go test or -buildvcs=false)"},
+	} {
+		assert.Equal(t, tc.want, describeVersion(tc.v, tc.bi))
+	}
 }
 
 // Flags may come before or after the arguments, as --flag value or --flag=value.

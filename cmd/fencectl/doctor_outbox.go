@@ -216,11 +216,11 @@ func (d *doctor) outboxDead(db *dbConn, s outboxScan) {
 		d.ok("outbox.dead", "no dead row")
 		return
 	}
-	n, oldest := fmt.Sprint(s.dead), "the oldest dead for "
+	n, oldest := plural(s.dead, "dead row", "dead rows"), "the oldest dead for "
 	if s.dead == outboxDeadRead {
 		n, oldest = "at least "+n, fmt.Sprintf("of the %d recorded first, the oldest dead for ", outboxDeadRead)
 	}
-	d.warn("outbox.dead", fmt.Sprintf("%s dead rows (refused for good, out of attempts, or recorded by a transaction whose fence check did not run, %s%s): nothing sends them until they are requeued", n, oldest, age(s.oldestDead)),
+	d.warn("outbox.dead", fmt.Sprintf("%s (refused for good, out of attempts, or recorded by a transaction whose fence check did not run, %s%s): nothing sends them until they are requeued", n, oldest, age(s.oldestDead)),
 		"fencectl outbox list --dead --db "+db.src.arg()+" shows why each failed; once that is fixed: fencectl outbox requeue --all --db "+db.src.arg()+" (or the row IDs instead of --all; never requeue a row whose reason says its fence check did not run: no check cleared it)"+db.src.maskNote())
 }
 

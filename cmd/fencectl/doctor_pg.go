@@ -319,7 +319,7 @@ func (d *doctor) checkTokens(ctx context.Context, rc *redisConn, db *dbConn) {
 	if bad > 0 {
 		return
 	}
-	ev := fmt.Sprintf("%d fenced resources: every next token is above the database's mark", checked)
+	ev := plural(checked, "fenced resource", "fenced resources") + ": every next token is above the database's mark"
 	if skipped > 0 {
 		ev += fmt.Sprintf(" (%d skipped: not fence lock names)", skipped)
 	}

@@ -189,6 +189,11 @@ func (e *serverError) credentialsFix() string {
 	case strings.Contains(msg, "without any password configured"):
 		return fmt.Sprintf("the server has no password: remove it from the address (%s), or name the ACL user it belongs to (redis://USER:PASSWORD@host:port)", where)
 	}
+	if e.user == "default" || e.user == "" {
+		// No user named: AUTH <password> logs in as the default user,
+		// whose password is the server's requirepass.
+		return fmt.Sprintf("check the password in the address (%s): without a user it is the server's requirepass (CONFIG GET requirepass as an admin, or redis.conf); for an ACL user, redis://USER:PASSWORD@host:port", where)
+	}
 	return fmt.Sprintf("check user %q and its password in the address (%s); on the server, ACL GETUSER %s shows whether the user exists and is on", e.user, where, e.user)
 }
 

@@ -30,27 +30,51 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time (-ldflags "-X main.version=v0.1.0"); else the
-// module version from the build info (go install ...@v0.1.0), else (devel).
+// version is set at build time (-ldflags "-X main.version=v0.1.0"); else
+// the build info says it: the module version (go install ...@v0.1.0, or the
+// pseudo-version go build stamps from the repository), else the commit it
+// was built from, its time and whether the tree was modified.
 var version = ""
 
 func versionString() string {
-	v := version
-	rev := ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "" && bi.Main.Version != "" {
-			v = bi.Main.Version
+	bi, _ := debug.ReadBuildInfo()
+	return describeVersion(version, bi) + " " + runtime.Version()
+}
+
+// describeVersion is what --version says, from the build-time version and
+// the build info (nil when there is none).
+func describeVersion(v string, bi *debug.BuildInfo) string {
+	if bi == nil {
+		if v == "" {
+			return "unknown version (built without module information)"
 		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				rev = " " + s.Value[:12]
-			}
+		return v
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	rev := settings["vcs.revision"]
+	if v != "" {
+		if len(rev) >= 12 && !strings.Contains(v, rev[:12]) {
+			v += " " + rev[:12]
 		}
+		return v
 	}
-	if v == "" {
-		v = "(devel)"
+	if rev == "" {
+		return "a development build of " + bi.Main.Path + " (no version or commit recorded: built with go run, go test or -buildvcs=false)"
 	}
-	return fmt.Sprintf("%s%s %s", v, rev, runtime.Version())
+	v = "commit " + rev[:min(12, len(rev))]
+	if t := settings["vcs.time"]; t != "" {
+		v += " (" + t + ")"
+	}
+	if settings["vcs.modified"] == "true" {
+		v += " with uncommitted changes"
+	}
+	return v
 }
 
 func main() {

@@ -192,6 +192,12 @@ func TestRedisFailuresToldApart(t *testing.T) {
 	code, _, errOut = fencectlProc(t, nil, "locks", "inspect", "job", "--redis", r.Addr)
 	assert.Equal(t, exitFailed, code)
 	assert.Equal(t, "fencectl: Redis at "+r.Addr+` refused the login of user "default": NOAUTH HELLO must be called with the client already authenticated; fix: the server needs a password: add it to the address (--redis), redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user`+"\n", errOut)
+	// A wrong password for the default user: the server's requirepass,
+	// not an ACL user to look up.
+	code, _, errOut = fencectlProc(t, nil, "locks", "inspect", "job", "--redis", "redis://:wrong@"+r.Addr)
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, errOut, "fix: check the password in the address (--redis): without a user it is the server's requirepass (CONFIG GET requirepass as an admin, or redis.conf)")
+	assert.NotContains(t, errOut, "ACL GETUSER")
 }
 
 // aclFinding runs doctor with args and returns its redis.acl finding.

@@ -68,10 +68,7 @@ more), reading a bounded number of rows however large the outbox is.`,
 				if r.Dead != nil {
 					when = timeOrDash(*r.Dead)
 				}
-				last := r.LastError
-				if len(last) > 80 {
-					last = last[:77] + "..."
-				}
+				last := oneLine(errors.New(r.LastError)) // whole: the cause is at its end
 				if last == "" {
 					last = "-"
 				}
@@ -124,9 +121,10 @@ again goes dead again after its attempts.`,
 			if err != nil {
 				return a.outboxError(db, err)
 			}
-			fmt.Fprintf(a.stdout, "requeued %d dead rows\n", n)
+			fmt.Fprintf(a.stdout, "requeued %s\n", plural(n, "dead row", "dead rows"))
 			if !all && n < len(ids) {
-				fmt.Fprintf(a.stdout, "%d of the IDs given are not dead rows (delivered since, or never dead): left alone\n", len(ids)-n)
+				return fmt.Errorf("%s of the %d given %s no dead row (no such row, delivered since, or never dead): left alone; fix: fencectl outbox list --dead lists the dead rows' IDs",
+					plural(len(ids)-n, "ID", "IDs"), len(ids), map[bool]string{true: "is", false: "are"}[len(ids)-n == 1])
 			}
 			return nil
 		},

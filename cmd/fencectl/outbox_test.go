@@ -59,13 +59,19 @@ func TestOutboxListRequeue(t *testing.T) {
 	assert.Contains(t, got.Rows[0].LastError, "unknown sku")
 	assert.NotNil(t, got.Rows[0].Dead)
 
-	code, out, errOut = fencectl(t, "outbox", "requeue", fmt.Sprint(got.Rows[0].ID), "999999", "--db", db.URL)
+	code, out, errOut = fencectl(t, "outbox", "list", "--dead", "--db", db.URL)
 	require.Equal(t, exitOK, code, errOut)
-	assert.Contains(t, out, "requeued 1 dead rows")
-	assert.Contains(t, out, "1 of the IDs given are not dead rows")
+	assert.Contains(t, out, "POST https://shop.example/stock: 422 Unprocessable Entity: unknown sku", "LAST ERROR whole, its cause at its end")
+	assert.NotContains(t, out, "...")
+
+	// An ID that is no dead row is an error: exit 1, after the others.
+	code, out, errOut = fencectl(t, "outbox", "requeue", fmt.Sprint(got.Rows[0].ID), "999999", "--db", db.URL)
+	require.Equal(t, exitFailed, code, errOut)
+	assert.Equal(t, "requeued 1 dead row\n", out)
+	assert.Equal(t, "fencectl: 1 ID of the 2 given is no dead row (no such row, delivered since, or never dead): left alone; fix: fencectl outbox list --dead lists the dead rows' IDs\n", errOut)
 	code, out, _ = fencectl(t, "outbox", "requeue", "--all", "--db", db.URL)
 	require.Equal(t, exitOK, code)
-	assert.Contains(t, out, "requeued 1 dead rows")
+	assert.Equal(t, "requeued 1 dead row\n", out)
 	var dead, attempts int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE dead_at IS NOT NULL), sum(attempts) FROM fencelock.outbox`).Scan(&dead, &attempts))
 	assert.Zero(t, dead)

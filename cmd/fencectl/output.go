@@ -49,3 +49,11 @@ func parseAge(s string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// plural is "1 row", "2 rows".
+func plural[N int | int64](n N, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
