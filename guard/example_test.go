@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
@@ -89,4 +90,34 @@ func must(err error) {
 	if err != nil {
 		panic(err)
 	}
+}
+
+// A holder that was overtaken while paused writes nothing: Exec's error
+// says so (a *StaleTokenError), whatever the store.
+func ExampleStaleTokenError() {
+	ctx := context.Background()
+	_, databaseURL, cleanup := exampleServers()
+	defer cleanup()
+	pool, err := pgxpool.New(ctx, databaseURL)
+	must(err)
+	defer pool.Close()
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	must(migrations.Up(ctx, sqlDB))
+	must(sqlDB.Close())
+	store, err := pgfence.New(pool)
+	must(err)
+
+	paused := guardtest.Lease{Resource: "stock-sync:eu", Tok: 7, Who: "worker-1"}
+	successor := guardtest.Lease{Resource: "stock-sync:eu", Tok: 8, Who: "worker-2"}
+	must(store.Advance(ctx, successor))
+
+	_, err = guard.Exec(ctx, store, paused, func(ctx context.Context, tx pgx.Tx) error { return nil })
+	var stale *guard.StaleTokenError
+	if errors.As(err, &stale) {
+		fmt.Printf("refused: token %d of %q, the database has %d\n", stale.Token, stale.Resource, stale.Current)
+	}
+	fmt.Println("is ErrStaleToken:", errors.Is(err, guard.ErrStaleToken))
+	// Output:
+	// refused: token 7 of "stock-sync:eu", the database has 8
+	// is ErrStaleToken: true
 }

@@ -135,3 +135,24 @@ func ExampleStore_Protect() {
 	// <nil>
 	// true
 }
+
+// Advance records a new holder's token at once: from then on the database
+// refuses the previous holder's writes, even one that began before, and
+// says by how much it was overtaken.
+func ExampleStore_Advance() {
+	ctx := context.Background()
+	_, store, cleanup := exampleStore(ctx)
+	defer cleanup()
+	old := guardtest.Lease{Resource: "stock-sync:eu", Tok: 41, Who: "worker-1"}
+	newer := guardtest.Lease{Resource: "stock-sync:eu", Tok: 42, Who: "worker-2"}
+
+	must(store.Advance(ctx, newer))
+	_, err := guard.Exec(ctx, store, old, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO stock VALUES ('sku-1', 5)")
+		return err
+	})
+	var stale *guard.StaleTokenError
+	fmt.Println("old holder refused:", errors.As(err, &stale), "token", stale.Token, "current", stale.Current)
+	// Output:
+	// old holder refused: true token 41 current 42
+}

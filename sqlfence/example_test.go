@@ -92,3 +92,41 @@ func Example() {
 	// raw claim stale: true
 	// rows: 1
 }
+
+// A resumable run over database/sql: each step commits its writes and the
+// cursor together, so a holder that takes over resumes where the last
+// step committed.
+func ExampleStore_Run() {
+	ctx := context.Background()
+	db, cleanup := exampleDB(ctx)
+	defer cleanup()
+	store, err := sqlfence.New(db)
+	must(err)
+	first := fixed{"stock-sync:eu", 41, "worker-1"}
+	page := func(sku string) func(context.Context, *sql.Tx) error {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO stock VALUES ($1, 1)", sku)
+			return err
+		}
+	}
+	run := store.Run(first, "nightly-2026-12-06")
+	must(run.Step(ctx, "page-1", page("sku-1")))
+
+	// worker-1 crashes; worker-2 takes over with a newer token.
+	run = store.Run(fixed{"stock-sync:eu", 42, "worker-2"}, "nightly-2026-12-06")
+	cursor, finished, err := run.Resume(ctx)
+	must(err)
+	fmt.Println("resume at:", cursor, "finished:", finished)
+	must(run.Step(ctx, "page-2", page("sku-2")))
+	must(run.Finish(ctx))
+
+	err = store.Run(first, "nightly-2026-12-06").Step(ctx, "page-2", page("sku-2"))
+	fmt.Println("old holder's step refused:", errors.Is(err, guard.ErrStaleToken))
+	var rows int
+	must(db.QueryRowContext(ctx, "SELECT count(*) FROM stock").Scan(&rows))
+	fmt.Println("rows:", rows)
+	// Output:
+	// resume at: page-1 finished: false
+	// old holder's step refused: true
+	// rows: 2
+}
