@@ -304,7 +304,9 @@ func TestTablesNeedGrant(t *testing.T) {
 	assert.Equal(t, exitFailed, code)
 	assert.Contains(t, errOut, "permission denied")
 	assert.Contains(t, errOut, "GRANT SELECT")
-	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+	first, stmts, _ := strings.Cut(errOut, "\n")
+	assert.Contains(t, first, "run:", "one line up to the fix's SQL")
+	assert.Regexp(t, `^(  [^\n]+;\n)+$`, stmts, "then one statement a line")
 }
 
 // migrate down refuses while a table is protected, naming it; --unprotect

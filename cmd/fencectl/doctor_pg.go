@@ -111,7 +111,18 @@ func (d *doctor) checkMigrations(ctx context.Context, db *dbConn) {
 // the stores read it, which needs no privilege.
 func (d *doctor) migrationsFromCatalog(ctx context.Context, db *dbConn, readErr error) {
 	var s pgcore.Schema
-	if err := db.pool.QueryRow(ctx, pgcore.SchemaSQL).Scan(s.Dest()...); err != nil {
+	var usage bool
+	err := db.pool.QueryRow(ctx, pgcore.SchemaSQL).Scan(s.Dest()...)
+	if err == nil && s.Exists {
+		err = db.pool.QueryRow(ctx, `SELECT has_schema_privilege('fencelock', 'USAGE')`).Scan(&usage)
+	}
+	if err != nil || !usage {
+		// Not an application role either: it lacks the schema's USAGE.
+		var se *serverError
+		if errors.As(db.explain(readErr), &se) {
+			d.fail("migrations", "cannot read the version table "+migrations.VersionTable+": "+se.Cause(), se.Fix())
+			return
+		}
 		d.failErr("migrations", db.explain(readErr))
 		return
 	}
