@@ -30,7 +30,7 @@ func TestInspect(t *testing.T) {
 	assert.Equal(t, l.Holder(), info.Holder)
 	assert.Equal(t, l.Token(), info.Token)
 	assert.Equal(t, l.Token(), info.Counter)
-	assert.Greater(t, info.TTL, 20*time.Second)
+	assert.Greater(t, info.TTL, fence.DefaultLease/2, "about a default lease")
 	assert.Zero(t, info.Waiters)
 	got := acquireAsync(ctx, c, "ins")
 	waitQueued(t, r, "ins", 1)

@@ -196,7 +196,7 @@ func (d *doctor) print() error {
 				fmt.Fprintf(d.a.stdout, "      %-*s  %s: %s\n", width, "", label, f.Fix)
 			}
 		}
-		summary := fmt.Sprintf("%d checks: %d failed, %d warnings", len(d.findings), failed, warned)
+		summary := fmt.Sprintf("%s: %d failed, %s", plural(len(d.findings), "check", "checks"), failed, plural(warned, "warning", "warnings"))
 		if skipped > 0 {
 			summary += fmt.Sprintf(", %d left to an operator", skipped)
 		}
