@@ -95,9 +95,12 @@ var (
 	// ErrPermission is matched by the error of a store call, a relay or
 	// an outbox call when the database refused the role a privilege on
 	// the fencelock schema (SQLSTATE 42501: USAGE on the schema, EXECUTE
-	// on its functions): nothing was written. The message names the role,
-	// what it lacks on which object, and the GRANT that the schema's
-	// owner runs, in which database. The error also matches the driver's.
+	// on its functions, INSERT on the outbox): nothing was written. The
+	// message names the role, what it lacks on which object, and the
+	// GRANT that the schema's owner runs, in which database. The
+	// migrations' Up, Down and Status return it too when the role lacks
+	// what migrating needs, naming the grants an admin runs or the one
+	// role that may migrate. The error also matches the driver's.
 	ErrPermission = errors.New("guard: permission denied on the fencelock schema")
 
 	// ErrNotClaimed is returned when a write to a table protected with

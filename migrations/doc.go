@@ -33,6 +33,15 @@
 // when the schema is current and returns a [NotOwnerError] naming the
 // owner when a migration is pending.
 //
+// A role that lacks what migrating needs (CREATE on the database and on
+// the schema where the version table goes, to install the schema; the
+// schema's ownership, to change or drop it; the version table, to read
+// it) gets from [Up], [Down] and [Status] an error matching
+// guard.ErrPermission, worded as every fencelock call words a refused
+// privilege: the role, what it lacks on which object, and the SQL that
+// mends it with whom to run it as and in which database (a psql command
+// line), or the one role that may do it when no grant can.
+//
 // # Schema
 //
 // Everything lives in the Postgres schema "fencelock": 00001 creates the

@@ -1,6 +1,8 @@
 package migrations
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -79,3 +81,15 @@ func (e *ProtectedError) Unwrap() error { return ErrProtected }
 // connError rewrites err in one line when a connection to Postgres failed
 // under it, as the stores do; any other error is returned as it is.
 func connError(op string, err error) error { return pgcore.ConnError("migrations", op, err) }
+
+// permissionError words a refusal (SQLSTATE 42501) of op as every
+// fencelock call words one (pgcore's one mapping): the role, what it
+// lacks on which object, and the SQL that mends it, whom to run it as and
+// in which database, or the one role that may migrate. Any other error is
+// returned as it is.
+func permissionError(ctx context.Context, db *sql.DB, op string, err error) error {
+	if db == nil || err == nil {
+		return err
+	}
+	return pgcore.ExplainMigration(ctx, pgcore.SQLQuerier{DB: db}, op, VersionTable, err)
+}

@@ -104,7 +104,7 @@ func setup(db *sql.DB, op string, opts []Option) (*goose.Provider, *config, erro
 // changing nothing. It takes the migration lock first, so it waits for an
 // owner's Up in progress and sees its result.
 func Up(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
-	defer func() { err = connError("up", err) }()
+	defer func() { err = connError("up", permissionError(ctx, db, "up", err)) }()
 	p, cfg, err := setup(db, "up", opts)
 	if err != nil {
 		return err
@@ -132,7 +132,7 @@ func Up(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
 // Down refuses with a *ProtectedError naming them (unprotect them first),
 // unless Force is given: then it drops those triggers too.
 func Down(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
-	defer func() { err = connError("down", err) }()
+	defer func() { err = connError("down", permissionError(ctx, db, "down", err)) }()
 	p, cfg, err := setup(db, "down", opts)
 	if err != nil {
 		return err
@@ -164,7 +164,7 @@ func Down(ctx context.Context, db *sql.DB, opts ...Option) (err error) {
 // goose_db_version recorded, if it did; a schema Up would refuse is
 // ErrUnrecorded.
 func Status(ctx context.Context, db *sql.DB, opts ...Option) (st []*goose.MigrationStatus, err error) {
-	defer func() { err = connError("status", err) }()
+	defer func() { err = connError("status", permissionError(ctx, db, "status", err)) }()
 	p, _, err := setup(db, "status", opts)
 	if err != nil {
 		return nil, err

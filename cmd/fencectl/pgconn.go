@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -124,7 +123,7 @@ func (c *dbConn) explainAs(op pgOp, err error) error {
 		// The application role has EXECUTE on the functions only, and
 		// fencectl reads (and prunes) the tables directly.
 		return &serverError{server: "Postgres", src: c.src, user: c.cfg.ConnConfig.User, kind: kindPermission,
-			fix: c.grantFix(op, pgErr), err: pgErr}
+			fix: c.grantFix(op, err), err: pgErr}
 	}
 	if e := pgFailure(c.src, c.cfg.ConnConfig.User, c.timeout, err); e != nil {
 		return e
@@ -132,20 +131,16 @@ func (c *dbConn) explainAs(op pgOp, err error) error {
 	return err
 }
 
-// deniedSchema finds the schema a refusal names: "permission denied for
-// schema public".
-var deniedSchema = regexp.MustCompile(`permission denied for schema "?([^"\s]+)"?`)
-
 // grantFix is the fix for a refusal of what op needed: the GRANTs that
 // allow it, one statement a line, with who runs them and the database to
 // connect to (the schema and public are per database), or, for what only
 // an owner can mend, the role to run migrate as.
-func (c *dbConn) grantFix(op pgOp, pgErr *pgconn.PgError) string {
+func (c *dbConn) grantFix(op pgOp, err error) string {
 	user := pgIdent(c.cfg.ConnConfig.User)
 	dbname := c.cfg.ConnConfig.Database
 	owner := c.schemaOwner()
 	if op == opMigrate {
-		return c.migrateFix(pgErr, owner)
+		return c.migrateFix(err, owner)
 	}
 	as := "run fencectl as the fencelock schema's owner"
 	if owner != "" {
@@ -164,31 +159,48 @@ func (c *dbConn) grantFix(op pgOp, pgErr *pgconn.PgError) string {
 	return as + runAs("that owner", owner, dbname, grants)
 }
 
-// migrateFix is the fix for a refusal of migrate up or down: what only
-// an owner can mend says so and names that owner (the schema's, or the
-// version table's that a migrate down left); a role that may not create
-// the schema is given the grants an admin runs.
-func (c *dbConn) migrateFix(pgErr *pgconn.PgError, owner string) string {
-	user := pgIdent(c.cfg.ConnConfig.User)
-	dbname := c.cfg.ConnConfig.Database
+// migrateFix is the fix for a refusal of migrate up or down, as the
+// library words it (pgcore.ExplainMigration, which migrations' errors
+// carry), in fencectl's terms: what only an owner can mend says so and
+// names that owner (the schema's, or the version table's that a migrate
+// down left); a role that may not create the schema is given the grants
+// an admin runs.
+func (c *dbConn) migrateFix(err error, owner string) string {
 	where := c.src.where()
-	if owner != "" {
-		return fmt.Sprintf("only the owner of schema fencelock, role %s, may change it: run migrate as that role (its user and password in the address (%s))", owner, where)
+	var me *pgcore.MigrationErr
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	if !errors.As(pgcore.ExplainMigration(ctx, poolRows{c.pool}, "migrate", migrations.VersionTable, err), &me) {
+		if owner == "" {
+			return "run migrate as the role that is to own the fencelock schema (its user and password in the address (" + where + "))"
+		}
+		return fmt.Sprintf("run migrate as the owner of schema fencelock, role %s (its user and password in the address (%s))", owner, where)
 	}
-	if vt := c.tableOwner(migrations.VersionTable); vt != "" && vt != c.cfg.ConnConfig.User && strings.Contains(pgErr.Message, migrations.VersionTable) {
+	switch me.Case {
+	case pgcore.NeedsOwner:
+		return fmt.Sprintf("only the owner of schema fencelock, role %s, may change it: run migrate as that role (its user and password in the address (%s))",
+			pgIdent(me.Only), where)
+	case pgcore.NeedsTableOwner:
 		// The owner migrated down: its version table stays, empty of
 		// applied migrations, and only it may write or drop it.
 		return fmt.Sprintf("only role %s, which owns the version table %s (left by its migrate down), can mend this: run migrate as that role (its user and password in the address (%s)), or let this role migrate once that role has dropped the table, which records no applied migration: %s",
-			vt, migrations.VersionTable, where, runAs("that role", vt, dbname, []string{"DROP TABLE " + migrations.VersionTable}))
+			pgIdent(me.Only), me.Table, where, runAs("that role", me.Fix.Role, me.Fix.Database, me.Fix.Stmts))
+	case pgcore.NeedsCreate:
+		return "run migrate as the role that is to own the fencelock schema, or let this one create it: " +
+			runAs(me.Fix.Who, me.Fix.Role, me.Fix.Database, me.Fix.Stmts)
 	}
-	grants := []string{"GRANT CREATE ON DATABASE " + pgIdent(dbname) + " TO " + user}
-	// goose creates its version table first, in the first schema of the
-	// search_path, which the refusal names.
-	if m := deniedSchema.FindStringSubmatch(pgErr.Message); m != nil {
-		grants = append(grants, "GRANT CREATE ON SCHEMA "+pgIdent(m[1])+" TO "+user)
+	return runAs(me.Fix.Who, me.Fix.Role, me.Fix.Database, me.Fix.Stmts)
+}
+
+// poolRows reads one row through a pool (pgcore.RowQuerier).
+type poolRows struct{ pool *pgxpool.Pool }
+
+func (p poolRows) QueryRow(ctx context.Context, sql string, args []any, dest ...any) (bool, error) {
+	err := p.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
 	}
-	return "run migrate as the role that is to own the fencelock schema, or let this one create it: " +
-		runAs("an admin (a superuser, or the database's owner)", "", dbname, grants)
+	return err == nil, err
 }
 
 // runAs is "as who, connected to database db (psql ...), run:" and the
@@ -204,18 +216,6 @@ func runAs(who, role, db string, stmts []string) string {
 		b.WriteString("\n  " + s + ";")
 	}
 	return b.String()
-}
-
-// tableOwner is the owner of a table of the search_path, "" when there is
-// none or it cannot be read.
-func (c *dbConn) tableOwner(table string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	var owner string
-	if err := c.pool.QueryRow(ctx, `SELECT tableowner::text FROM pg_catalog.pg_tables WHERE tablename = $1 LIMIT 1`, table).Scan(&owner); err != nil {
-		return ""
-	}
-	return owner
 }
 
 // schemaOwner is the role that owns schema fencelock, "" when there is

@@ -1,10 +1,15 @@
 package msgtest
 
 import (
+	"context"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // AppGrants are the statements docs/operations.md gives an application
@@ -55,4 +60,31 @@ func unshell(w string) string {
 // String is p as typed.
 func (p Psql) String() string {
 	return fmt.Sprintf("psql -U %s -d %s -c %q", p.User, p.Database, strings.Join(p.SQL, "; "))
+}
+
+// Run runs p as it is printed: connected as its -U role (adminURL's user
+// when it names none: an admin) to its database on adminURL's server,
+// each statement in turn, as psql -c would; it fails t on any error.
+func (p Psql) Run(t testing.TB, adminURL string) {
+	t.Helper()
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + p.Database
+	if p.User != "" && p.User != u.User.Username() {
+		u.User = url.User(p.User)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatalf("%s: connect: %v", p, err)
+	}
+	defer conn.Close(context.Background())
+	for _, stmt := range p.SQL {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %s: %v", p, stmt, err)
+		}
+	}
 }
