@@ -93,7 +93,9 @@ var sqlAddValues = func() [maxValuesRows + 1]pgcore.Rows {
 // an error, nothing of the call is sent or recorded, and the transaction
 // is still fn's, which decides whether to return the error. With sqlfence
 // an insert the database refuses is its error (the transaction is then
-// aborted, as by any failed statement).
+// aborted, as by any failed statement); a refused privilege (INSERT on
+// fencelock.outbox revoked from the role) matches guard.ErrPermission and
+// names the GRANT, as the commit's error does with pgfence.
 func Add(ctx context.Context, tx any, effects ...Effect) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("outbox: add: %w", err)

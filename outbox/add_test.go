@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
+	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/outbox"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/sqlfence"
@@ -605,4 +606,67 @@ func TestAddRestrictedRole(t *testing.T) {
 	assert.Equal(t, `sqlfence: role "`+role+`" lacks EXECUTE on function fencelock.outbox_revive, so nothing was written: as the schema's owner (role "postgres"), run in database "`+db.Name+`":`+
 		` psql -U postgres -d `+db.Name+` -c 'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO `+role+`; ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA fencelock GRANT EXECUTE ON FUNCTIONS TO `+role+`;'`, err.Error())
 	assert.Empty(t, outboxRows(t, db, "key = 'no-revive'"))
+}
+
+// An application role whose INSERT on fencelock.outbox was revoked (the
+// migrations grant it to PUBLIC) is refused by Add through either store
+// with one message: the role, what it lacks, and the GRANT the schema's
+// owner runs in the database named; nothing is recorded. With sqlfence
+// the refusal comes from inside fn (Add's statement), with pgfence at the
+// commit. Run as printed, the fix lets the same Exec record its effect.
+func TestAddInsertRevoked(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	role, roleURL := msgtest.NewAppRole(t, db)
+	app, err := pgxpool.New(ctx, roleURL)
+	require.NoError(t, err)
+	t.Cleanup(app.Close)
+	pg, err := pgfence.New(app)
+	require.NoError(t, err)
+	sdb, err := sql.Open("pgx", roleURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sdb.Close() })
+	sq, err := sqlfence.New(sdb)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `REVOKE INSERT ON fencelock.outbox FROM PUBLIC`)
+	require.NoError(t, err)
+
+	for i, s := range []struct {
+		name string
+		add  func(key string) error
+	}{
+		{"sqlfence", func(key string) error {
+			_, err := guard.Exec(ctx, sq, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx *sql.Tx) error {
+				return outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: key})
+			})
+			return err
+		}},
+		{"pgfence", func(key string) error {
+			_, err := guard.Exec(ctx, pg, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
+				return outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: key})
+			})
+			return err
+		}},
+	} {
+		if i > 0 {
+			_, err = db.Pool.Exec(ctx, `REVOKE INSERT ON fencelock.outbox FROM `+role)
+			require.NoError(t, err)
+		}
+		key := "revoked-" + s.name
+		err := s.add(key)
+		require.Error(t, err, s.name)
+		assert.ErrorIs(t, err, guard.ErrPermission, s.name)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "%s: the server's error stays in the chain", s.name)
+		assert.Equal(t, "42501", pgErr.Code, s.name)
+		prefix := map[string]string{"sqlfence": "outbox: add: sqlfence: ", "pgfence": "pgfence: "}[s.name]
+		assert.Equal(t, prefix+`role "`+role+`" lacks INSERT on table fencelock.outbox, so nothing was written: as the schema's owner (role "postgres"), run in database "`+db.Name+`":`+
+			` psql -U postgres -d `+db.Name+` -c 'GRANT INSERT (resource, token, holder, destination, key, payload, headers, ordered, dead_at, last_error), SELECT (id) ON fencelock.outbox TO `+role+`;'`,
+			err.Error(), s.name)
+		assert.Empty(t, outboxRows(t, db, "key = '"+key+"'"), s.name)
+		fix := msgtest.ParsePsql(t, err.Error())
+		fix.Run(t, db.URL)
+		require.NoError(t, s.add(key), "%s: after %s", s.name, fix)
+		assert.Len(t, outboxRows(t, db, "key = '"+key+"' AND dead_at IS NULL"), 1, s.name)
+	}
 }

@@ -40,7 +40,9 @@ func (t *txn) Tx() *sql.Tx { return t.tx }
 func (t *txn) execNow(ctx context.Context, q string, args []any) ([]int64, error) {
 	rows, err := t.tx.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, mapError(err)
+		// A refusal (the outbox's INSERT revoked) is worded as every
+		// store's: fn gets it from Add, and returns it.
+		return nil, t.s.core.ExplainPermission(ctx, mapError(err))
 	}
 	defer rows.Close()
 	var ids []int64
@@ -52,7 +54,7 @@ func (t *txn) execNow(ctx context.Context, q string, args []any) ([]int64, error
 		ids = append(ids, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, mapError(err)
+		return nil, t.s.core.ExplainPermission(ctx, mapError(err))
 	}
 	return ids, nil
 }

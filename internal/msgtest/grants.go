@@ -2,13 +2,17 @@ package msgtest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -87,4 +91,44 @@ func (p Psql) Run(t testing.TB, adminURL string) {
 			t.Fatalf("%s: %s: %v", p, stmt, err)
 		}
 	}
+}
+
+// NewAppRole creates a login role with the grants AppGrants lists less
+// those whose index is in skip, made by db's user (the schema's owner in
+// tests), on the fencelock schema as it is now, and returns the role's
+// name and db's URL as that role. Roles are global to the server: the
+// name is unique, and the role is dropped when t ends.
+func NewAppRole(t testing.TB, db *testenv.DB, skip ...int) (role, roleURL string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	role = "fl_app_" + hex.EncodeToString(b)
+	if _, err := db.Pool.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOSUPERUSER NOINHERIT"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = db.Pool.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = db.Pool.Exec(ctx, "DROP ROLE IF EXISTS "+role)
+	})
+	var owner string
+	if err := db.Pool.QueryRow(ctx, "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'fencelock'").Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range AppGrants {
+		if !slices.Contains(skip, i) {
+			if _, err := db.Pool.Exec(ctx, fmt.Sprintf(g, role, owner)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	return role, u.String()
 }
