@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -149,10 +150,17 @@ func jittered(d time.Duration) time.Duration {
 // send timeout + 1 s of its start), then a last record (10 s). Give an
 // orchestrator's termination grace period at least that. It returns
 // an error at once when the database cannot serve a relay (the fencelock
-// schema, or its outbox migration, is missing; the role lacks EXECUTE on
-// the outbox functions); any other trouble (the database restarting,
-// unreachable, read-only) is logged, reported to the observers and waited
-// through, polling with backoff. A Relay runs once at a time.
+// schema, or its outbox migration, is missing; the role lacks USAGE on
+// the schema or EXECUTE on the outbox functions: the error, matching
+// guard.ErrPermission, names the GRANT); any other trouble (the database
+// restarting, unreachable, read-only) is logged, reported to the
+// observers and waited through, polling with backoff. A privilege lost
+// after start-up (a REVOKE) is that kind of trouble: Run goes on polling,
+// so that it delivers again as soon as the schema's owner runs the GRANT,
+// without a restart, and effects recorded meanwhile wait in the outbox;
+// the refusal, worded as at start-up, is logged at Error once per change
+// and reported to the observers at every failed attempt (ErrorEvent.Err
+// matches guard.ErrPermission). A Relay runs once at a time.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.busy.CompareAndSwap(false, true) {
 		return errors.New("outbox: Relay.Run is already running; make another Relay for another loop")
@@ -315,6 +323,9 @@ type loop struct {
 	after      string   // the last ordered resource claimed, where the next claim starts
 	dbErrs     int
 	dbLogged   time.Time
+	// denied is the server's message of the refusal last logged, "" when
+	// the trouble (if any) is another.
+	denied string
 }
 
 const (
@@ -410,13 +421,24 @@ func (l *loop) run(ctx context.Context) {
 
 // dbTrouble reports a database error to the observers, logs it (the
 // first, then every 30 s while it lasts) and returns how long to wait
-// before trying again.
+// before trying again. A refused privilege (a grant revoked after
+// start-up) is worded as at start-up and logged at Error once per change
+// (a REVOKE does not mend itself, but the owner's GRANT does, without a
+// restart: the loop keeps polling).
 func (l *loop) dbTrouble(op Op, err error) time.Duration {
 	l.dbErrs++
-	err = describe(err)
+	err = describe(relayDenied(l.octx, l.db, opDoing[op], err))
 	l.obs.onError(l.octx, ErrorEvent{Op: op, Err: err, Failures: l.dbErrs})
-	if l.dbErrs == 1 || time.Since(l.dbLogged) > 30*time.Second {
-		l.dbLogged = time.Now()
+	switch refusal, _ := pgcore.From(err); {
+	case errors.Is(err, guard.ErrPermission):
+		// Once per refusal, whichever statement meets it (a claim, a
+		// record).
+		if refusal.Message != l.denied {
+			l.denied = refusal.Message
+			l.cfg.logger.ErrorContext(l.octx, "outbox: relay refused by the database; polling until the grant is back", "err", err, "failures", l.dbErrs)
+		}
+	case l.dbErrs == 1 || l.denied != "" || time.Since(l.dbLogged) > 30*time.Second:
+		l.dbLogged, l.denied = time.Now(), ""
 		l.cfg.logger.WarnContext(l.octx, "outbox: relay cannot "+opDoing[op]+"; retrying", "err", err, "failures", l.dbErrs)
 	}
 	return jittered(min(l.cfg.poll<<min(l.dbErrs, 10), 5*time.Second))
@@ -428,7 +450,7 @@ var opDoing = map[Op]string{OpClaim: "claim", OpAck: "record deliveries", OpRetr
 func (l *loop) dbFine() {
 	if l.dbErrs > 0 {
 		l.cfg.logger.InfoContext(l.octx, "outbox: relay reaches the database again", "failures", l.dbErrs)
-		l.dbErrs = 0
+		l.dbErrs, l.denied = 0, ""
 	}
 }
 

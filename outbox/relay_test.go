@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -377,6 +378,100 @@ func TestRelayNeedsSchema(t *testing.T) {
 	_, err = outbox.List(ctx, db.Pool, true, 10)
 	assert.ErrorIs(t, err, guard.ErrSchemaMissing)
 	assert.Contains(t, err.Error(), `outbox: list: fencelock schema not installed in database "`+db.Name+`"`)
+}
+
+// errorEvents is an ErrorObserver that keeps what it gets.
+type errorEvents struct {
+	mu  sync.Mutex
+	evs []outbox.ErrorEvent
+}
+
+func (o *errorEvents) OnRelayError(_ context.Context, e outbox.ErrorEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.evs = append(o.evs, e)
+}
+
+// denied counts the events that match guard.ErrPermission, and returns the
+// last one's error.
+func (o *errorEvents) denied() (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n, last := 0, error(nil)
+	for _, e := range o.evs {
+		if errors.Is(e.Err, guard.ErrPermission) {
+			n, last = n+1, e.Err
+		}
+	}
+	return n, last
+}
+
+// A relay whose role loses a grant after start-up (a REVOKE) does not end
+// Run, and does not retry in silence: it logs the refusal at Error, worded
+// as at start-up (the role, what it lacks, the GRANT the owner runs in the
+// database named), once per change however many claims fail, reports
+// every failure to the observers, and keeps polling, so that it delivers,
+// without a restart, once the fix printed is run. Effects recorded
+// meanwhile wait in the outbox.
+func TestRelayLosesGrant(t *testing.T) {
+	db := newDB(t)
+	ctx := ctxT(t)
+	role, roleURL := msgtest.NewAppRole(t, db)
+	app, err := pgxpool.New(ctx, roleURL)
+	require.NoError(t, err)
+	t.Cleanup(app.Close)
+	rc := newReceiver(t, nil)
+	var logs syncBuf
+	obs := &errorEvents{}
+	r, err := outbox.NewRelay(app, httpSender(t), outbox.WithPollInterval(10*time.Millisecond), outbox.WithObserver(obs),
+		outbox.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	require.NoError(t, raw(ctx, db.Pool, "r", 1, "h", outbox.Effect{Destination: rc.URL, Key: "before"}))
+	eventually(t, func() bool { return rc.keys()["before"] == 1 }, "delivered while granted")
+
+	// Every outcome recorded first: the refusals to come are the claims'.
+	allAcked := func() bool { return len(outboxRows(t, db, "true")) == 0 }
+	eventually(t, allAcked, "the delivery recorded")
+
+	for i, tc := range []struct{ revoke, lacks, grants string }{
+		{"REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock FROM %[1]s", "EXECUTE on function fencelock.outbox_claim",
+			"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %[1]s; ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA fencelock GRANT EXECUTE ON FUNCTIONS TO %[1]s"},
+		{"REVOKE USAGE ON SCHEMA fencelock FROM %[1]s", "USAGE on schema fencelock",
+			"GRANT USAGE ON SCHEMA fencelock TO %[1]s; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %[1]s; ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA fencelock GRANT EXECUTE ON FUNCTIONS TO %[1]s"},
+	} {
+		seen, _ := obs.denied()
+		_, err := db.Pool.Exec(ctx, fmt.Sprintf(tc.revoke, role))
+		require.NoError(t, err)
+		key := "revoked-" + strconv.Itoa(i)
+		require.NoError(t, raw(ctx, db.Pool, "r", 1, "h", outbox.Effect{Destination: rc.URL, Key: key}))
+		// Several claims refused, each reported; the polls go on.
+		eventually(t, func() bool { n, _ := obs.denied(); return n >= seen+5 }, "the refusals reported to the observers")
+		_, last := obs.denied()
+		want := fmt.Sprintf(`outbox: relay: role %q lacks %s, so it cannot claim: effects wait in the outbox, and the relay polls until the grant is back:`+
+			` as the schema's owner (role "postgres"), run in database %q: psql -U postgres -d %s -c '%s;'`, role, tc.lacks, db.Name, db.Name, fmt.Sprintf(tc.grants, role))
+		assert.Equal(t, want, last.Error())
+		assert.Equal(t, i+1, strings.Count(logs.String(), "level=ERROR"), "logged once per change: %s", logs.String())
+		assert.Equal(t, 1, strings.Count(logs.String(), strconv.Quote(want)), "the log line has the worded error: %s", logs.String())
+		assert.NotContains(t, logs.String(), "relay cannot claim; retrying", "never the raw refusal, as for a database that is down")
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned while the grant was missing: %v", err)
+		default:
+		}
+		assert.Zero(t, rc.keys()[key], "nothing claimed while refused")
+
+		fix := msgtest.ParsePsql(t, last.Error())
+		fix.Run(t, db.URL)
+		eventually(t, func() bool { return rc.keys()[key] == 1 }, "delivered once %s ran, without a restart", fix)
+		eventually(t, allAcked, "the delivery recorded")
+		eventually(t, func() bool { return strings.Count(logs.String(), "relay reaches the database again") == i+1 }, "the recovery logged")
+	}
+	stop()
+	require.NoError(t, <-done)
 }
 
 // A dead row's warning names its destination without the password, as

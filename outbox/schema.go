@@ -124,6 +124,25 @@ func opError(ctx context.Context, db DB, op string, err error) error {
 	return fmt.Errorf("%s%w", prefix, describe(err))
 }
 
+// relayDenied words err, a refusal (42501) that the relay's loop met
+// while it could not do what doing says ("claim"), as at start-up: the
+// role, what it lacks and the GRANT the owner runs, read from the catalog
+// (on this failure path only); any other error, or one the catalog
+// cannot explain, is returned as it is.
+func relayDenied(ctx context.Context, db DB, doing string, err error) error {
+	if pgcore.Code(err) != pgcore.InsufficientPrivilege {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	s, serr := readSchema(ctx, db)
+	if serr != nil {
+		return err
+	}
+	// The relay runs fencelock's functions only.
+	return pgcore.RefusalError("outbox: relay: ", "it cannot "+doing+": effects wait in the outbox, and the relay polls until the grant is back", s, true, err)
+}
+
 // describe names what an error from the database means for the outbox. A
 // missing object, once the schema was found current (Run checks it
 // first, the operators' calls on such an error), is the schema changed

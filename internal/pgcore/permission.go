@@ -82,6 +82,12 @@ func errMessage(err error) string {
 // refused function is one of fencelock's, or one of its tables), else
 // err unchanged.
 func PermissionError(prefix string, s Schema, fn bool, err error) error {
+	return RefusalError(prefix, "nothing was written", s, fn, err)
+}
+
+// RefusalError is PermissionError saying so what follows from the
+// refusal ("nothing was written", "it cannot claim").
+func RefusalError(prefix, so string, s Schema, fn bool, err error) error {
 	d, ok := ParseDenial(errMessage(err))
 	if !ok {
 		return err
@@ -104,7 +110,7 @@ func PermissionError(prefix string, s Schema, fn bool, err error) error {
 	default:
 		return err
 	}
-	return Lacks(prefix, s, lacks, "nothing was written", grants, err)
+	return Lacks(prefix, s, lacks, so, grants, err)
 }
 
 // Lacks is the error of a role that lacks a privilege on the fencelock
