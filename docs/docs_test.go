@@ -1,7 +1,8 @@
 // Package docs_test checks the documentation against the checkout: every
 // Go block in a Markdown file of the repository builds, programs shown with
-// their output print that output against real servers, the README stays
-// a front door (at most 12 KiB), and what go doc shows of a public package
+// their output print that output against real servers, programs that take
+// a lock release it on every path (release_test.go), the README stays a
+// front door (at most 12 KiB), and what go doc shows of a public package
 // names nothing internal (api_test.go). The convention is in
 // CONTRIBUTING.md.
 package docs_test
