@@ -313,10 +313,21 @@ func TestStoresRefuseOldSchema(t *testing.T) {
 // without that line (the grants of the docs before it) is refused them:
 // the control.
 func TestAppRoleAcrossUpgrade(t *testing.T) {
+	// The grants the roles get are the ones the docs give, line for line.
+	doc, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)\n## Grants\n.*?```sql\n(.*?)```").FindSubmatch(doc)
+	require.NotNil(t, m, "docs/operations.md has no sql block under '## Grants'")
+	var want []string
+	for _, g := range msgtest.AppGrants {
+		want = append(want, fmt.Sprintf(g, "app", "owner")+";")
+	}
+	require.Equal(t, want, strings.Split(strings.TrimSpace(string(m[1])), "\n"), "msgtest.AppGrants are what docs/operations.md gives")
+
 	tdb := testenv.NewDB(t)
 	owner := openDB(t, tdb.URL)
 	ctx := ctxT(t)
-	_, err := gooseProvider(t, owner, migrations.FS()).UpTo(ctx, 4)
+	_, err = gooseProvider(t, owner, migrations.FS()).UpTo(ctx, 4)
 	require.NoError(t, err)
 	_, docsURL := newAppRole(t, owner, tdb.URL)
 	_, oldURL := newAppRole(t, owner, tdb.URL, 2)
