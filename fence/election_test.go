@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,43 @@ func TestCampaignOrderAndHandover(t *testing.T) {
 		term = got.l
 	}
 	require.NoError(t, term.Release(ctx))
+}
+
+// A candidate waiting behind a leader is in its normal state: its
+// Campaign never says it is still waiting (LongWait), while an Acquire of
+// the same client, begun after the candidate queued and waiting as long
+// behind a holder, says so once.
+func TestCampaignSaysNoLongWait(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := ctxT(t, 60*time.Second)
+	logs, rec := newLogWatch(), newRecorder()
+	c := newClient(t, r, nil, fence.WithLogger(slog.New(slog.NewTextHandler(logs, nil))), fence.WithObserver(rec),
+		fence.WithLongWait(50*time.Millisecond))
+	term, err := newElection(t, r, "standby").Campaign(ctx, "lead")
+	require.NoError(t, err)
+	e, err := c.Election("standby")
+	require.NoError(t, err)
+	candidate := campaignAsync(ctx, e, "next")
+	waitQueued(t, r, "standby", 1)
+
+	held, err := newClient(t, r, nil).Acquire(ctx, "held")
+	require.NoError(t, err)
+	waiter := make(chan acquireResult, 1)
+	go func() { l, err := c.Acquire(ctx, "held"); waiter <- acquireResult{l, err, time.Now()} }()
+	logs.waitFor(t, `msg="fence: still waiting for a lock held by another holder" name=held`)
+
+	require.NoError(t, term.Release(ctx))
+	got := <-candidate
+	require.NoError(t, got.err)
+	require.NoError(t, got.l.Release(ctx))
+	require.NoError(t, held.Release(ctx))
+	w := <-waiter
+	require.NoError(t, w.err)
+	require.NoError(t, w.l.Release(ctx))
+	assert.NotContains(t, logs.String(), "name=standby", "the candidate said nothing of its wait")
+	for _, ev := range all[fence.LongWaitEvent](rec) {
+		assert.Equal(t, "held", ev.Name, "only the Acquire's wait is reported")
+	}
 }
 
 // A resignation hands the term over in its own script, not at the end

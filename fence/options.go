@@ -31,6 +31,8 @@ const (
 	// LongWait is how long an Acquire waits before it says, once, who
 	// holds the lock and until when: at Info to the client's logger
 	// ([WithLogger], else slog.Default()) and to [LongWaitObserver]s.
+	// A Campaign says nothing: a candidate waits while a leader leads,
+	// which [Election.Leader] and [Election.Observe] tell.
 	LongWait = 5 * time.Second
 	// DefaultPrefix is put in front of every key.
 	DefaultPrefix = "fence:"
@@ -96,6 +98,8 @@ type config struct {
 	// campaign is set for a Campaign call: its election and value (nil
 	// for a lock).
 	campaign *campaign
+	// longWait is LongWait (tests shorten it).
+	longWait time.Duration
 	// given names, per setting, the option that set it in the list being
 	// applied: a second option for the same setting in one list is a
 	// contradiction (WithLease and WithFixedLease, say), not "last wins".
@@ -139,6 +143,7 @@ func defaultConfig() config {
 		waitLimit:    DefaultWaitLimit,
 		waitLimitErr: waitLimitErr(DefaultWaitLimit),
 		logger:       slog.New(slog.DiscardHandler),
+		longWait:     LongWait,
 	}
 }
 

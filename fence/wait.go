@@ -143,11 +143,17 @@ func (w *waiter) run(ctx, wctx context.Context, start time.Time, warm bool, beat
 		beat = minTime(beat, time.Now())
 	}
 	c.wd.addWaiter(w, beat)
-	long := time.NewTimer(LongWait - time.Since(start))
-	defer long.Stop()
+	// A lock's long wait is reported once; a candidate's is its normal
+	// state while a leader leads (nil channel: never).
+	var long <-chan time.Time
+	if w.cfg.campaign == nil {
+		t := time.NewTimer(w.cfg.longWait - time.Since(start))
+		defer t.Stop()
+		long = t.C
+	}
 	for {
 		select {
-		case <-long.C:
+		case <-long:
 			w.reportLongWait(ctx, wctx, time.Since(start))
 		case <-w.wake:
 			if l, err, end := w.outcome(ctx); end {
