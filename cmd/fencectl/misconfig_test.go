@@ -570,9 +570,6 @@ func fixIn(t *testing.T, out string) sqlFix {
 	return f
 }
 
-// grantsIn returns the statements of the fix in out.
-func grantsIn(t *testing.T, out string) []string { return fixIn(t, out).stmts }
-
 // paste runs f as printed: as its role (an admin when it names none) in
 // its database, each statement as psql would, with the password of that
 // role in passwords (the admin's is in db.URL).

@@ -48,9 +48,7 @@ func ParsePsql(t testing.TB, msg string) Psql {
 	if !strings.HasSuffix(sql, ";") {
 		t.Fatalf("the fix's SQL %q does not end with ';'", sql)
 	}
-	for _, s := range strings.Split(strings.TrimSuffix(sql, ";"), "; ") {
-		p.SQL = append(p.SQL, s)
-	}
+	p.SQL = strings.Split(strings.TrimSuffix(sql, ";"), "; ")
 	return p
 }
 
