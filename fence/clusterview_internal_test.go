@@ -13,35 +13,51 @@ import (
 	"github.com/fencelock/fencelock/testenv"
 )
 
-// TestClusterViewBoundTooShort: a bound that no node can meet (a slow
-// network) must not leave the slot map stale for good. Each bounded read
-// fails at once with a timeout that says what was given up; after
-// escapeAfter of them in a row, the next read waits for the node.
+// TestClusterViewBoundTooShort: a node that does not answer within the
+// bound has each slot-map read given up at the bound, with a timeout that
+// says what was given up; a bound no node can meet (a slow network) must
+// not leave the map stale for good: after escapeAfter timeouts in a row,
+// the next read waits as long as the node allows. The node is a cluster
+// node behind a proxy that forwards nothing (a stopped node, as far as
+// its client can tell).
 func TestClusterViewBoundTooShort(t *testing.T) {
 	cl := testenv.SharedRedisCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cc := cl.NewClient(nil)
-	v := &clusterView{cc: cc, bound: slotReadBound, hooked: map[*redis.Client]bool{}}
-	cc.OnNewNode(v.hook)
-	node, err := cc.MasterForKey(ctx, "{a}") // loads the map within the bound
+	p, err := testenv.NewProxy(cl.Nodes[0].Addr)
 	require.NoError(t, err)
-	require.True(t, v.hooked[node])
+	defer p.Close()
+	const readTimeout = 2 * time.Second
+	node := redis.NewClient(&redis.Options{Addr: p.Addr, ReadTimeout: readTimeout, MaxRetries: -1})
+	defer node.Close()
+	v := &clusterView{bound: 50 * time.Millisecond, hooked: map[*redis.Client]bool{}}
+	v.hook(node)
+	require.NoError(t, node.Ping(ctx).Err())
 
-	v.bound = time.Nanosecond // no node answers this soon
+	p.Blackhole()
 	for i := range escapeAfter {
+		start := time.Now()
 		err := node.ClusterSlots(ctx).Err() //lint:ignore SA1019 the read go-redis makes of its slot map
 		var timeout *layoutReadTimeout
 		require.True(t, errors.As(err, &timeout), "read %d fails with the bound's timeout, got %v", i, err)
-		assert.Equal(t, "fence: CLUSTER SLOTS got no answer within 1ns (the node may be stopped); another node is asked", err.Error())
+		assert.Less(t, time.Since(start), readTimeout, "given up at the bound, not at the read timeout")
+		assert.Equal(t, "fence: CLUSTER SLOTS got no answer within 50ms (the node may be stopped); another node is asked", err.Error())
 		assert.True(t, timeout.Timeout(), "a net.Error that timed out, as the node's own read timeout")
 	}
-	// The next read escapes the bound and gets the node's answer.
+	// The next read escapes the bound: it waits for the node's own
+	// timeout, which a node that answers would have met.
+	start := time.Now()
+	err = node.ClusterSlots(ctx).Err() //lint:ignore SA1019 the read go-redis makes of its slot map
+	require.Error(t, err)
+	assert.False(t, errors.As(err, new(*layoutReadTimeout)), "unbounded: the node's own timeout, got %v", err)
+	assert.GreaterOrEqual(t, time.Since(start), readTimeout)
+
+	// The node answers again: the read is bounded once more, and answered.
+	p.Restore()
 	slots, err := node.ClusterSlots(ctx).Result() //lint:ignore SA1019 the read go-redis makes of its slot map
 	require.NoError(t, err)
 	assert.Len(t, slots, 3)
-	// And the count starts again: the read after is bounded.
-	assert.Error(t, node.ClusterSlots(ctx).Err()) //lint:ignore SA1019 the read go-redis makes of its slot map
+	assert.Zero(t, v.timeouts.Load(), "a read that answered resets the count")
 }
 
 // TestClusterViewRoute: a call the cluster client would send to a node

@@ -42,6 +42,8 @@ func TestCrashedHolderPassesAtLeaseEnd(t *testing.T) {
 	line := logs.waitFor(t, said)
 	assert.Contains(t, line, " holder="+holder+" token="+strconv.FormatInt(token, 10)+" until=")
 	assert.Contains(t, line, " lease_left=")
+	// The observer hears of it after the log line is written: wait for it.
+	rec.waitCount(t, "longWait", 1)
 	long := all[fence.LongWaitEvent](rec)
 	require.Len(t, long, 1)
 	assert.Equal(t, holder, long[0].Holder)
