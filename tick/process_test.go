@@ -1,0 +1,5 @@
+package tick_test
+
+const instanceEnv = "TICK_TEST_INSTANCE"
+
+func instanceProcess() {}
