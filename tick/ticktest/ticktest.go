@@ -70,7 +70,6 @@ func (j Job) Func() tick.Func[*pgfence.Run] {
 	}
 }
 
-
 func insert(ctx context.Context, tx pgx.Tx, job string, at time.Time, step, steps int, token int64, instance string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO tick_effects (job, tick, step, steps, token, instance) VALUES ($1, $2, $3, $4, $5, $6)`,
 		job, at, step, steps, token, instance)
