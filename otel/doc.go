@@ -6,7 +6,8 @@
 // One [Observer] serves every side: pass it to fence.WithObserver (lock
 // events), to pgfence.WithObserver (every guard.Exec, Advance and run
 // step through that store) or guard.WithObserver (one call), and to
-// outbox.WithObserver (a relay's claims, deliveries, records and errors):
+// outbox.WithObserver (a relay's claims, deliveries, records and errors),
+// and to tick.WithObserver (scheduled jobs' ticks, missed ones included):
 //
 //	obs, err := fencelockotel.New() // the global MeterProvider and TracerProvider
 //	client, err := fence.New(rdb, fence.WithObserver(obs))

@@ -42,7 +42,7 @@ const (
 // fence.AcquireObserver, fence.RenewObserver, fence.LossObserver,
 // fence.ReleaseObserver, guard.ExecObserver, guard.AdvanceObserver and
 // outbox's ClaimObserver, DeliveryObserver, RecordObserver and
-// ErrorObserver; one Observer can serve many clients, stores and relays.
+// ErrorObserver, and tick.RunObserver and tick.MissObserver; one Observer can serve many clients, stores and relays.
 // It is safe for concurrent use.
 type Observer struct {
 	tracer trace.Tracer
@@ -58,6 +58,7 @@ type Observer struct {
 	execDur      metric.Float64Histogram
 	advances     metric.Int64Counter
 	relay        relayInstruments
+	tick         tickInstruments
 }
 
 var (
@@ -128,6 +129,7 @@ func New(opts ...Option) (*Observer, error) {
 		metric.WithDescription("Store.Advance calls by outcome and reason: committed (the claim is recorded); rejected (stale_token, read_only, lease_lost); failed."))
 	add(err)
 	o.relayInstruments(m, add)
+	o.tickInstruments(m, add)
 	if cfg.backlog != nil {
 		cfg.backlog.now = time.Now
 		if cfg.now != nil {
