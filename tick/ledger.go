@@ -21,8 +21,9 @@ const ledgerVersion = 1
 // the ledger is rewritten twice per tick and stays a few kilobytes.
 const ledgerKeep = 32
 
-// ledger is a job's ledger, the JSON cursor of its LedgerKey run.
-type ledger struct {
+// Ledger is what a job's ledger records: the JSON cursor of its LedgerKey
+// run, as [ParseLedger] reads it (fencectl ticks list does).
+type Ledger struct {
 	V int `json:"v"`
 	// Newest is the newest tick started (zero before the first);
 	// Finished says it finished, Token is the token that started it
@@ -32,22 +33,32 @@ type ledger struct {
 	Token    int64     `json:"token,omitempty"`
 	// Done are the last finished ticks with the token that finished each,
 	// oldest first.
-	Done []doneTick `json:"done,omitempty"`
+	Done []DoneTick `json:"done,omitempty"`
 	// Missed are the last runs of missed ticks, oldest first.
-	Missed []missedTicks `json:"missed,omitempty"`
+	Missed []MissedTicks `json:"missed,omitempty"`
 }
 
-type doneTick struct {
+// DoneTick is a finished tick and the token that finished it.
+type DoneTick struct {
 	At    time.Time `json:"at"`
 	Token int64     `json:"token"`
 }
 
-type missedTicks struct {
+// MissedTicks are Count ticks, from First to Last, that no instance ran,
+// found when the tick Found started.
+type MissedTicks struct {
 	First time.Time `json:"first"`
 	Last  time.Time `json:"last"`
 	Count int64     `json:"count"`
-	Found time.Time `json:"found"` // the tick whose start found them
+	Found time.Time `json:"found"`
 }
+
+// ParseLedger reads the cursor of a job's ledger run (run key LedgerKey of
+// the job's resource, in fencelock.runs). An empty cursor is an empty
+// ledger; one this version cannot read is an error matching [ErrLedger].
+func ParseLedger(cursor string) (Ledger, error) { return decodeLedger("", cursor) }
+
+type ledger = Ledger
 
 func decodeLedger(job, cursor string) (ledger, error) {
 	l := ledger{V: ledgerVersion}
@@ -55,10 +66,10 @@ func decodeLedger(job, cursor string) (ledger, error) {
 		return l, nil
 	}
 	if err := json.Unmarshal([]byte(cursor), &l); err != nil {
-		return l, fmt.Errorf("%w: job %q: run %q of resource %q: %v: it is written by this package alone; if it was edited by hand, restore it or delete its row (fencelock.runs) and the job starts afresh", ErrLedger, job, LedgerKey, job, err)
+		return l, fmt.Errorf("%w: %srun %q: %v: it is written by this package alone; if it was edited by hand, restore it or delete its row (fencelock.runs) and the job starts afresh", ErrLedger, ofJob(job), LedgerKey, err)
 	}
 	if l.V != ledgerVersion {
-		return l, fmt.Errorf("%w: job %q: run %q has layout version %d, this version reads %d: run every instance of the job on the same version of fencelock", ErrLedger, job, LedgerKey, l.V, ledgerVersion)
+		return l, fmt.Errorf("%w: %srun %q has layout version %d, this version reads %d: run every instance of the job on the same version of fencelock", ErrLedger, ofJob(job), LedgerKey, l.V, ledgerVersion)
 	}
 	return l, nil
 }
@@ -93,7 +104,7 @@ func (l ledger) missed(t time.Time) bool {
 }
 
 // started is l once tick t started with token, after the missed ticks m.
-func (l ledger) started(t time.Time, token int64, m *missedTicks) ledger {
+func (l ledger) started(t time.Time, token int64, m *MissedTicks) ledger {
 	l.Newest, l.Finished, l.Token = t, false, token
 	if m != nil {
 		l.Missed = keepLast(append(l.Missed[:len(l.Missed):len(l.Missed)], *m))
@@ -104,7 +115,7 @@ func (l ledger) started(t time.Time, token int64, m *missedTicks) ledger {
 // finished is l once tick t (its newest) finished with token.
 func (l ledger) finished(t time.Time, token int64) ledger {
 	l.Newest, l.Finished, l.Token = t, true, token
-	l.Done = keepLast(append(l.Done[:len(l.Done):len(l.Done)], doneTick{At: t, Token: token}))
+	l.Done = keepLast(append(l.Done[:len(l.Done):len(l.Done)], DoneTick{At: t, Token: token}))
 	return l
 }
 
@@ -113,4 +124,11 @@ func keepLast[T any](s []T) []T {
 		return s[len(s)-ledgerKeep:]
 	}
 	return s
+}
+
+func ofJob(job string) string {
+	if job == "" {
+		return ""
+	}
+	return fmt.Sprintf("job %q: ", job)
 }

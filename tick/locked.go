@@ -125,10 +125,10 @@ func (c *call[R, Tx]) finishNewest(led R, l *ledger) (resumed bool, err error) {
 
 // startTick runs the call's tick, newer than the ledger's newest (finished).
 func (c *call[R, Tx]) startTick(led R, l ledger, out Outcome) (Outcome, error) {
-	var m *missedTicks
+	var m *MissedTicks
 	if !l.Newest.IsZero() {
 		if n, first, last, _ := missedBetween(c.s, l.Newest, c.tick); n > 0 {
-			m = &missedTicks{First: first, Last: last, Count: n, Found: c.tick}
+			m = &MissedTicks{First: first, Last: last, Count: n, Found: c.tick}
 		}
 	}
 	token := c.lock.Token()

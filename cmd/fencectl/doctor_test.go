@@ -66,14 +66,21 @@ func normalize(out string, literals map[string]string) string {
 
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", "doctor_"+name+".golden")
+	goldenFile(t, "doctor_"+name+".golden", got, "TestDoctor")
+}
+
+// goldenFile compares got with testdata/file; -update rewrites it (the
+// fix names the test that does).
+func goldenFile(t *testing.T, file, got, test string) {
+	t.Helper()
+	path := filepath.Join("testdata", file)
 	if *update {
 		require.NoError(t, os.MkdirAll("testdata", 0o755))
 		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
 	}
 	want, err := os.ReadFile(path)
-	require.NoError(t, err, "no golden file: run go test ./cmd/fencectl -run TestDoctor -update")
-	assert.Equal(t, string(want), got, "doctor's report changed (if on purpose: go test ./cmd/fencectl -run TestDoctor -update)")
+	require.NoError(t, err, "no golden file: run go test ./cmd/fencectl -run %s -update", test)
+	assert.Equal(t, string(want), got, "%s changed (if on purpose: go test ./cmd/fencectl -run %s -update)", file, test)
 }
 
 // verdicts counts the report's lines by verdict and check.
