@@ -126,4 +126,3 @@ func (j *job[R, Tx]) Run() {
 }
 
 var _ cron.Job = (*job[tick.Run[any], any])(nil)
-

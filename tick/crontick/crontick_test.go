@@ -153,7 +153,10 @@ func TestAddRefusesBadInput(t *testing.T) {
 		"nil sched":  func() error { _, err := crontick.Add(c, inst.Runner, "j", nil, fn); return err }(),
 		"nil func":   func() error { _, err := crontick.Add(c, inst.Runner, "j", s, nil); return err }(),
 		"@every":     func() error { _, err := crontick.Add(c, inst.Runner, "j", every, fn); return err }(),
-		"nil ctx":    func() error { _, err := crontick.Add(c, inst.Runner, "j", s, fn, crontick.WithContext(nil)); return err }(), //nolint:staticcheck // the bad input under test
+		"nil ctx": func() error {
+			_, err := crontick.Add(c, inst.Runner, "j", s, fn, crontick.WithContext(nil))
+			return err
+		}(), //nolint:staticcheck // the bad input under test
 	} {
 		assert.ErrorIs(t, err, crontick.ErrInvalidInput, name)
 	}
