@@ -42,7 +42,9 @@ type demoSettings struct {
 	chunkSize  int
 	chunkDelay time.Duration
 	faultAfter int // chunks A commits before the fault
-	jsonOnly   bool
+	// sched is the scheduled scenario's scale; nil: it does not run.
+	sched    *schedSettings
+	jsonOnly bool
 	out        io.Writer
 	exe        string // binary to run workers from
 }
@@ -82,7 +84,7 @@ type Result struct {
 
 func demoMain(args []string) int {
 	fs := flag.NewFlagSet("inventory-sync", flag.ContinueOnError)
-	only := fs.String("scenario", "", "run one scenario: overrun, watchdog, pause, partition or precommit")
+	only := fs.String("scenario", "", "run one scenario: overrun, watchdog, pause, partition, precommit or scheduled")
 	s := demoSettings{out: os.Stdout}
 	fs.BoolVar(&s.jsonOnly, "json", false, "print only the JSON result")
 	fs.DurationVar(&s.lease, "lease", 1500*time.Millisecond, "lock lease (the incident's 30 s, scaled down)")
@@ -106,8 +108,12 @@ func demoMain(args []string) int {
 			list = append(list, sc)
 		}
 	}
-	if len(list) == 0 {
-		fmt.Fprintf(os.Stderr, "inventory-sync: unknown scenario %q (overrun, watchdog, pause, partition, precommit)\n", *only)
+	if *only == "" || *only == "scheduled" {
+		ss := defaultSched
+		s.sched = &ss
+	}
+	if len(list) == 0 && s.sched == nil {
+		fmt.Fprintf(os.Stderr, "inventory-sync: unknown scenario %q (overrun, watchdog, pause, partition, precommit, scheduled)\n", *only)
 		return exitUsage
 	}
 	exe, err := os.Executable()
@@ -119,7 +125,7 @@ func demoMain(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	results, err := runDemo(ctx, s, list)
+	results, sched, err := runDemo(ctx, s, list)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "inventory-sync: %v\n", err)
 		if ctx.Err() != nil {
@@ -127,8 +133,11 @@ func demoMain(args []string) int {
 		}
 		return exitError
 	}
-	printResults(s.out, results)
-	b, _ := json.Marshal(map[string]any{"scenarios": results})
+	if len(results) > 0 {
+		printResults(s.out, results)
+	}
+	printScheduled(s.out, sched)
+	b, _ := json.Marshal(map[string]any{"scenarios": results, "scheduled": sched})
 	fmt.Println(string(b))
 	return exitOK
 }
@@ -215,25 +224,36 @@ func startEnv(ctx context.Context, out io.Writer) (*env, error) {
 	return e, nil
 }
 
-func runDemo(ctx context.Context, s demoSettings, list []scenario) ([]Result, error) {
+func runDemo(ctx context.Context, s demoSettings, list []scenario) ([]Result, []SchedResult, error) {
 	e, err := startEnv(ctx, s.out)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer e.close()
 	stamp := time.Now().Format("150405")
-	var results []Result
+	results := []Result{}
 	for _, sc := range list {
 		fmt.Fprintf(s.out, "\n== %s: %s\n", sc.name, sc.about)
 		for _, guardOn := range []bool{false, true} {
 			r, err := runScenario(ctx, s, e, sc, guardOn, stamp)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			results = append(results, r)
 		}
 	}
-	return results, nil
+	sched := []SchedResult{}
+	if s.sched != nil {
+		fmt.Fprintf(s.out, "\n== scheduled: %s\n", schedAbout(*s.sched))
+		for _, guardOn := range []bool{false, true} {
+			r, err := runScheduled(ctx, s, e, *s.sched, guardOn, stamp)
+			if err != nil {
+				return nil, nil, err
+			}
+			sched = append(sched, r)
+		}
+	}
+	return results, sched, nil
 }
 
 func onOff(b bool) string {

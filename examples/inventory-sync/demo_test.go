@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) {
 	// The demo re-executes its own binary as a worker; under `go test` that
 	// binary is this test binary.
-	if os.Getenv(workerEnv) == "1" || os.Getenv(demoEnv) == "1" {
+	if os.Getenv(workerEnv) == "1" || os.Getenv(schedulerEnv) == "1" || os.Getenv(demoEnv) == "1" {
 		os.Exit(run(os.Args[1:]))
 	}
 	testenv.Main(m)
@@ -47,7 +47,7 @@ func runShortScenario(t *testing.T, name string) (off, on Result, skus int) {
 		}
 	}
 	require.Equal(t, name, sc.name)
-	results, err := runDemo(ctx, s, []scenario{sc})
+	results, _, err := runDemo(ctx, s, []scenario{sc})
 	require.NoError(t, err)
 	require.Len(t, results, 2)
 	off, on = results[0], results[1]
@@ -106,3 +106,24 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = testWriter{}
+
+// The scheduled scenario, shortened: guard off, instances whose clocks are
+// behind run ticks again; guard on, every tick runs once, and the ticks
+// whose runner was killed or stopped mid-run are resumed by another.
+func TestScheduledScenario(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	ss := schedSettings{period: time.Second, ticks: 6, lease: 500 * time.Millisecond, chunks: 4}
+	s := demoSettings{out: testWriter{t}, exe: exe, sched: &ss}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, sched, err := runDemo(ctx, s, nil)
+	require.NoError(t, err)
+	require.Len(t, sched, 2)
+	off, on := sched[0], sched[1]
+	require.False(t, off.Guard)
+	assert.Positive(t, off.Duplicated, "guard off: instances whose clocks are behind run ticks again")
+	assert.Equal(t, ss.ticks, on.Once, "guard on: every tick runs once: %+v", on.PerTick)
+	assert.Zero(t, on.Duplicated+on.Missed+on.DuplicateChunks)
+	assert.GreaterOrEqual(t, on.Resumed, 2, "guard on: the killed and the stopped instance's ticks resumed by another")
+}

@@ -5,6 +5,7 @@
 //	go run ./examples/inventory-sync -scenario pause
 //	go run ./examples/inventory-sync -json      # only the JSON result
 //	go run ./examples/inventory-sync worker -h  # one worker
+//	go run ./examples/inventory-sync scheduler -h  # one instance of the worker on a schedule
 //
 // The demo starts throwaway Redis and Postgres servers (or uses REDIS_URL and
 // DATABASE_URL), applies the fencelock migrations, and runs each scenario
@@ -47,6 +48,12 @@ func main() {
 }
 
 func run(args []string) int {
+	if os.Getenv(schedulerEnv) == "1" || (len(args) > 0 && args[0] == "scheduler") {
+		if len(args) > 0 && args[0] == "scheduler" {
+			args = args[1:]
+		}
+		return schedulerMain(args)
+	}
 	if os.Getenv(workerEnv) == "1" || (len(args) > 0 && args[0] == "worker") {
 		if len(args) > 0 && args[0] == "worker" {
 			args = args[1:]

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,8 +24,14 @@ type workerProc struct {
 }
 
 func startWorker(ctx context.Context, exe, name string, args []string, ev *eventLog) (*workerProc, error) {
+	return startProc(ctx, exe, name, args, workerEnv, ev)
+}
+
+// startProc starts exe as a process marked by the variable mode (workerEnv
+// or schedulerEnv).
+func startProc(_ context.Context, exe, name string, args []string, mode string, ev *eventLog) (*workerProc, error) {
 	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), workerEnv+"=1")
+	cmd.Env = append(os.Environ(), mode+"=1")
 	// Die with the demo: Ctrl-C or a crash leaves no worker behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
@@ -91,6 +98,9 @@ type eventLog struct {
 	out   io.Writer
 	start time.Time
 
+	// quiet are events kept but not printed.
+	quiet map[string]bool
+
 	mu     sync.Mutex
 	events []workerEvent
 	cond   chan struct{} // closed and replaced on every event
@@ -117,7 +127,14 @@ func (l *eventLog) consume(r io.Reader) {
 }
 
 func (l *eventLog) print(e workerEvent) {
+	if l.quiet[e.Event] {
+		return
+	}
 	at := time.Since(l.start).Seconds()
+	if e.Detail != "" && strings.HasPrefix(e.Detail, "20") { // a scheduler's tick
+		fmt.Fprintf(l.out, "   %5.2fs  %s  tick %s: %s\n", at, e.Worker, e.Detail, e.Event)
+		return
+	}
 	switch e.Event {
 	case "committed":
 		fmt.Fprintf(l.out, "   %5.2fs  %s  chunk %d committed\n", at, e.Worker, e.Chunk)

@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS effects_received (
 
 // installSchema creates the demo's tables.
 func installSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	if _, err := pool.Exec(ctx, schema); err != nil {
+	if _, err := pool.Exec(ctx, schema+tickSchema); err != nil {
 		return fmt.Errorf("inventory-sync: create tables: %w", err)
 	}
 	return nil
