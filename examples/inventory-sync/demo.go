@@ -45,8 +45,8 @@ type demoSettings struct {
 	// sched is the scheduled scenario's scale; nil: it does not run.
 	sched    *schedSettings
 	jsonOnly bool
-	out        io.Writer
-	exe        string // binary to run workers from
+	out      io.Writer
+	exe      string // binary to run workers from
 }
 
 // Result is what one run did, counted from the database.
