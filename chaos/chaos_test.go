@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock/outbox/outboxtest"
 	"github.com/fencelock/fencelock/testenv"
+	"github.com/fencelock/fencelock/tick/ticktest"
 )
 
 var (
@@ -26,6 +27,9 @@ func TestMain(m *testing.M) {
 	}
 	if outboxtest.IsRelayProcess() {
 		os.Exit(outboxtest.RelayMain())
+	}
+	if ticktest.IsInstance() {
+		os.Exit(ticktest.InstanceMain())
 	}
 	testenv.Main(m)
 }

@@ -9,12 +9,12 @@ import (
 
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/fencelock/fencelock/tick"
+	"github.com/fencelock/fencelock/tick/ticktest"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(instanceEnv) != "" {
-		instanceProcess() // a scheduler instance of TestTicksAcrossProcesses
-		return
+	if ticktest.IsInstance() {
+		os.Exit(ticktest.InstanceMain()) // a scheduler instance of TestTicksAcrossProcesses
 	}
 	testenv.Main(m)
 }

@@ -1,197 +1,34 @@
 package tick_test
 
 import (
-	"bufio"
-	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock/fence"
-	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/tick"
 	"github.com/fencelock/fencelock/tick/ticktest"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
-const instanceEnv = "TICK_TEST_INSTANCE"
-
-// instanceConf is what a scheduler instance process is told.
-type instanceConf struct {
-	Name, RedisURL, Prefix, DBURL, Job string
-	Period, Offset, Lease              time.Duration
-	Steps                              int
-	// HangAt: at step 2 of the first tick at or after each that this
-	// instance runs, it says "hang <tick>" and waits for a line on stdin
-	// (the test stops or kills it there, mid-run, holding the lock).
-	HangAt []time.Time
-}
-
-func (c instanceConf) env() []string {
-	return append(os.Environ(), instanceEnv+"="+c.Name,
-		"TICK_TEST_REDIS="+c.RedisURL, "TICK_TEST_PREFIX="+c.Prefix, "TICK_TEST_DB="+c.DBURL, "TICK_TEST_JOB="+c.Job,
-		"TICK_TEST_PERIOD="+c.Period.String(), "TICK_TEST_OFFSET="+c.Offset.String(), "TICK_TEST_LEASE="+c.Lease.String(),
-		fmt.Sprintf("TICK_TEST_STEPS=%d", c.Steps), "TICK_TEST_HANG="+hangs(c.HangAt))
-}
-
-func hangs(ts []time.Time) string {
-	var s []string
-	for _, t := range ts {
-		s = append(s, t.Format(time.RFC3339Nano))
-	}
-	return strings.Join(s, ",")
-}
-
-func readConf() (c instanceConf, err error) {
-	g := os.Getenv
-	c = instanceConf{Name: g(instanceEnv), RedisURL: g("TICK_TEST_REDIS"), Prefix: g("TICK_TEST_PREFIX"), DBURL: g("TICK_TEST_DB"), Job: g("TICK_TEST_JOB")}
-	for k, d := range map[string]*time.Duration{"TICK_TEST_PERIOD": &c.Period, "TICK_TEST_OFFSET": &c.Offset, "TICK_TEST_LEASE": &c.Lease} {
-		if *d, err = time.ParseDuration(g(k)); err != nil {
-			return c, err
-		}
-	}
-	if _, err = fmt.Sscan(g("TICK_TEST_STEPS"), &c.Steps); err != nil {
-		return c, err
-	}
-	for _, h := range strings.Split(g("TICK_TEST_HANG"), ",") {
-		if h == "" {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339Nano, h)
-		if err != nil {
-			return c, err
-		}
-		c.HangAt = append(c.HangAt, t)
-	}
-	return c, nil
-}
-
-// instanceProcess is one scheduler instance: every tick of its clock
-// (offset from the machine's), in a goroutine of its own, it runs the
-// ticktest job through a Runner, and says what happened on stdout.
-func instanceProcess() {
-	c, err := readConf()
-	if err != nil {
-		fmt.Println("error conf", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	opts, err := redis.ParseURL(c.RedisURL)
-	if err != nil {
-		fmt.Println("error redis", err)
-		os.Exit(2)
-	}
-	locks, err := fence.New(redis.NewClient(opts), fence.WithPrefix(c.Prefix), fence.WithLiveness(c.Lease))
-	if err != nil {
-		fmt.Println("error fence", err)
-		os.Exit(2)
-	}
-	pool, err := pgxpool.New(ctx, c.DBURL)
-	if err != nil {
-		fmt.Println("error db", err)
-		os.Exit(2)
-	}
-	store, _ := pgfence.New(pool)
-	clock := func() time.Time { return time.Now().Add(c.Offset) }
-	r, err := tick.New(locks, store, tick.WithClock(clock), tick.WithWait(20*time.Second),
-		tick.WithLockOptions(fence.WithLease(c.Lease)))
-	if err != nil {
-		fmt.Println("error tick", err)
-		os.Exit(2)
-	}
-	var out sync.Mutex
-	say := func(format string, args ...any) {
-		out.Lock()
-		defer out.Unlock()
-		fmt.Printf(format+"\n", args...)
-	}
-	var hangMu sync.Mutex
-	stdin := bufio.NewReader(os.Stdin)
-	job := ticktest.Job{Instance: c.Name, Steps: c.Steps, BeforeStep: func(_ context.Context, t *tick.Tick[*pgfence.Run], step int) error {
-		hangMu.Lock()
-		defer hangMu.Unlock()
-		if step == 2 && len(c.HangAt) > 0 && !t.At.Before(c.HangAt[0]) {
-			c.HangAt = c.HangAt[1:]
-			say("hang %s", t.Key)
-			_, _ = stdin.ReadString('\n')
-		}
-		return nil
-	}}
-	say("ready")
-	ticktest.Fire(ctx, tick.Every(c.Period), clock, func(ctx context.Context, at time.Time) {
-		o, err := r.Run(ctx, c.Job, tick.Every(c.Period), at, job.Func())
-		if err != nil {
-			say("error %s %v", tick.Key(at), err)
-			return
-		}
-		say("out %s %s", tick.Key(at), strings.ReplaceAll(o.Result.String(), " ", "_"))
-	})
-}
-
-// instance is a running instance process, its lines on a channel.
-type instance struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-}
-
-func startInstance(t *testing.T, c instanceConf) *instance {
+// startInstance starts this test binary as a scheduler instance
+// (ticktest.InstanceMain, see TestMain).
+func startInstance(t *testing.T, c ticktest.InstanceConfig) *ticktest.Process {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = c.env()
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
+	p, err := ticktest.StartInstance(exec.Command(os.Args[0], "-test.run=^$"), c)
 	require.NoError(t, err)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	in := &instance{cmd: cmd, stdin: stdin, lines: make(chan string, 4096)}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	go func() {
-		defer close(in.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case in.lines <- sc.Text():
-			default: // the test reads only what it waits for
-			}
-		}
-	}()
-	return in
+	t.Cleanup(p.Kill)
+	return p
 }
 
-// await returns the first line of in that starts with prefix.
-func (in *instance) await(t *testing.T, prefix string, within time.Duration) string {
+func await(t *testing.T, p *ticktest.Process, prefix string) string {
 	t.Helper()
-	timeout := time.After(within)
-	for {
-		select {
-		case l, ok := <-in.lines:
-			require.True(t, ok, "instance exited before saying %q", prefix)
-			if strings.HasPrefix(l, "error conf") || strings.HasPrefix(l, "error fence") || strings.HasPrefix(l, "error db") {
-				t.Fatalf("instance failed: %s", l)
-			}
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
-		case <-timeout:
-			t.Fatalf("no line %q from the instance within %v", prefix, within)
-		}
-	}
+	l, err := p.Await(prefix, time.Minute)
+	require.NoError(t, err)
+	return l
 }
 
 // Four scheduler processes on one schedule, started apart, with clocks
@@ -207,10 +44,10 @@ func TestTicksAcrossProcesses(t *testing.T) {
 	env := ticktest.NewEnv(t)
 	const period, lease, ticks = 100 * time.Millisecond, 300 * time.Millisecond, 200
 	every := tick.Every(period)
-	base := instanceConf{RedisURL: env.Redis.URL, Prefix: env.Redis.Prefix + "fence:", DBURL: env.DB.URL,
-		Job: "sync", Period: period, Lease: lease, Steps: 3}
+	base := ticktest.InstanceConfig{RedisURL: env.Redis.URL, Prefix: env.Redis.Prefix + "fence:", DBURL: env.DB.URL,
+		Job: "sync", Period: period, Lease: lease, Steps: 3, Guard: true, Wait: 20 * time.Second}
 	offsets := []time.Duration{0, 20 * time.Millisecond, -10 * time.Millisecond, 10 * time.Millisecond}
-	insts := make([]*instance, len(offsets))
+	insts := make([]*ticktest.Process, len(offsets))
 	start := time.Now()
 	for i, off := range offsets {
 		c := base
@@ -221,7 +58,7 @@ func TestTicksAcrossProcesses(t *testing.T) {
 			c.HangAt = []time.Time{start.Add(5 * time.Second), start.Add(10 * time.Second)}
 		}
 		insts[i] = startInstance(t, c)
-		insts[i].await(t, "ready", time.Minute)
+		await(t, insts[i], "ready")
 		if i < len(offsets)-1 {
 			time.Sleep(600 * time.Millisecond) // started apart: this is the fault, not a wait for an event
 		}
@@ -230,16 +67,15 @@ func TestTicksAcrossProcesses(t *testing.T) {
 	to := from.Add((ticks - 1) * period)
 
 	stopped := insts[1]
-	hung := strings.Fields(stopped.await(t, "hang", time.Minute))[1]
-	require.NoError(t, stopped.cmd.Process.Signal(syscall.SIGSTOP))
+	hung := strings.Fields(await(t, stopped, "hang"))[1]
+	require.NoError(t, stopped.Cmd.Process.Signal(syscall.SIGSTOP))
 	time.Sleep(3 * lease) // the fault: stopped for longer than its lease
-	require.NoError(t, stopped.cmd.Process.Signal(syscall.SIGCONT))
-	_, err := io.WriteString(stopped.stdin, "go\n")
-	require.NoError(t, err)
-	refused := stopped.await(t, "error "+hung, time.Minute)
+	require.NoError(t, stopped.Cmd.Process.Signal(syscall.SIGCONT))
+	require.NoError(t, stopped.Continue())
+	refused := await(t, stopped, "error "+hung)
 
-	died := strings.Fields(stopped.await(t, "hang", time.Minute))[1]
-	require.NoError(t, stopped.cmd.Process.Kill())
+	died := strings.Fields(await(t, stopped, "hang"))[1]
+	require.NoError(t, stopped.Cmd.Process.Kill())
 
 	ctx := testCtx(t)
 	require.Eventually(t, func() bool {

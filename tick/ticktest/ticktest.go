@@ -36,6 +36,9 @@ const Schema = `CREATE TABLE IF NOT EXISTS tick_effects (
 type Job struct {
 	Instance string
 	Steps    int
+	// StepDelay is slept before each step (ctx ends it): the time a step's
+	// work takes, in which a fault lands mid-run.
+	StepDelay time.Duration
 	// BeforeStep, when set, is called before each step with its number
 	// (from 1): a test pauses, kills or fails the instance there. An
 	// error ends the job with it.
@@ -54,6 +57,9 @@ func (j Job) Func() tick.Func[*pgfence.Run] {
 			from = n + 1
 		}
 		for step := from; step <= j.Steps; step++ {
+			if err := j.delay(ctx); err != nil {
+				return err
+			}
 			if j.BeforeStep != nil {
 				if err := j.BeforeStep(ctx, t, step); err != nil {
 					return err
@@ -76,6 +82,20 @@ func insert(ctx context.Context, tx pgx.Tx, job string, at time.Time, step, step
 	return err
 }
 
+func (j Job) delay(ctx context.Context) error {
+	if j.StepDelay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(j.StepDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
 // LockOnly runs j for the tick at under the job's lock alone, as a
 // scheduler's distributed locker does: the lock, then plain transactions,
 // no run and no fence check. It is the guard-off control: offset clocks
@@ -89,6 +109,9 @@ func LockOnly(ctx context.Context, locks *fence.Client, pool *pgxpool.Pool, job 
 	defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
 	t := &tick.Tick[*pgfence.Run]{Job: job, At: at.UTC(), Key: tick.Key(at), Lock: lock}
 	for step := 1; step <= j.Steps; step++ {
+		if err := j.delay(ctx); err != nil {
+			return err
+		}
 		if j.BeforeStep != nil {
 			if err := j.BeforeStep(ctx, t, step); err != nil {
 				return err

@@ -10,7 +10,9 @@
 // then -cluster-trials trials (default trials/5) of the cluster faults. The
 // last line of stdout is a JSON object with both runs' summaries; with -out
 // it is also written to that file, and a chart of loss detection and
-// takeover per fault kind drawn from it next to it.
+// takeover per fault kind drawn from it next to it. Then the outbox's relay
+// trials, and the scheduler trials (package tick: scheduler processes with
+// offset clocks, stopped and killed mid-run), each with its control.
 //
 // It exits 1 when guard-on trials found violations, when a guard-off
 // control found none (the checker would be proving nothing), or when
@@ -30,6 +32,7 @@ import (
 
 	"github.com/fencelock/fencelock/chaos"
 	"github.com/fencelock/fencelock/outbox/outboxtest"
+	"github.com/fencelock/fencelock/tick/ticktest"
 )
 
 func main() {
@@ -40,6 +43,10 @@ func main() {
 	if outboxtest.IsRelayProcess() {
 		// Re-executed by the relay trials as one of their relays.
 		os.Exit(outboxtest.RelayMain())
+	}
+	if ticktest.IsInstance() {
+		// Re-executed by the scheduler trials as one of their instances.
+		os.Exit(ticktest.InstanceMain())
 	}
 	var (
 		trials    = flag.Int("trials", 200, "randomized trials with guard on (one fault each) on one Redis (0: only the cluster run)")
@@ -63,6 +70,8 @@ func main() {
 		partial        = flag.Bool("partial-coverage", false, "cluster-require-full-coverage no (healthy masters keep answering while a dead master's slots are uncovered)")
 		outboxTrials   = flag.Int("outbox-trials", 20, "outbox relay trials after the lock runs: a writer records effects while two relay processes deliver them, one SIGKILLed at random points (0: none)")
 		outboxKills    = flag.Int("outbox-kills", 5, "relay kills per outbox trial")
+		schedTrials    = flag.Int("scheduler-trials", 200, "scheduler trials after the outbox's: four scheduler processes, clocks offset, stopped and killed mid-run, each tick counted in the database (0: none)")
+		schedTicks     = flag.Int("scheduler-ticks", 12, "ticks per scheduler trial")
 		out            = flag.String("out", "", "write the runs' summaries to this JSON file (make chaos: results/latest.json) and the loss-detection and takeover chart next to it ("+chartFile+")")
 	)
 	flag.Parse()
@@ -178,16 +187,25 @@ func main() {
 		}
 		last["outbox"] = orep
 	}
+	if *schedTrials > 0 {
+		srep, bad := schedulerRun(ctx, *schedTrials, *schedTicks, *seed, *verbose)
+		failed = failed || bad
+		if srep != nil {
+			last["scheduler"] = srep
+		}
+	}
 	if *out != "" {
 		if err := writeResults(*out, summary); err != nil {
 			fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
 			failed = true
 		}
-		if o, ok := last["outbox"]; ok {
-			b, _ := json.MarshalIndent(o, "", "  ")
-			if err := os.WriteFile(filepath.Join(filepath.Dir(*out), "outbox.json"), append(b, '\n'), 0o644); err != nil {
-				fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
-				failed = true
+		for _, kind := range []string{"outbox", "scheduler"} {
+			if o, ok := last[kind]; ok {
+				b, _ := json.MarshalIndent(o, "", "  ")
+				if err := os.WriteFile(filepath.Join(filepath.Dir(*out), kind+".json"), append(b, '\n'), 0o644); err != nil {
+					fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
+					failed = true
+				}
 			}
 		}
 	}
@@ -197,6 +215,39 @@ func main() {
 	if failed {
 		os.Exit(1)
 	}
+}
+
+// schedulerRun runs the scheduler kind: a guard-off control (the lock
+// alone, whose late instances must run ticks twice), then the trials.
+func schedulerRun(ctx context.Context, trials, ticks int, seed int64, verbose bool) (*chaos.SchedulerReport, bool) {
+	fmt.Printf("\nchaos: scheduler control run, guard off (the lock alone), 3 trials\n")
+	ctl, err := chaos.RunScheduler(ctx, chaos.SchedulerConfig{Trials: 3, Ticks: ticks, Seed: seed, Guard: false,
+		StepDelay: time.Millisecond, Command: chaos.SelfCommand, Out: os.Stdout, Verbose: verbose})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: scheduler control: %v\n", err)
+		return nil, true
+	}
+	failed := false
+	if ctl.Duplicated == 0 {
+		fmt.Printf("chaos: FAIL: the guard-off scheduler control ran no tick twice: the checker proves nothing\n")
+		failed = true
+	} else {
+		fmt.Printf("chaos: scheduler control ok: the lock alone ran %d of %d ticks more than once\n", ctl.Duplicated, ctl.Ticks)
+	}
+	fmt.Printf("chaos: scheduler trials, %d trials of %d ticks\n", trials, ticks)
+	rep, err := chaos.RunScheduler(ctx, chaos.SchedulerConfig{Trials: trials, Ticks: ticks, Seed: seed, Guard: true,
+		Command: chaos.SelfCommand, Out: os.Stdout, Verbose: verbose})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: scheduler trials: %v\n", err)
+		return nil, true
+	}
+	fmt.Printf("chaos: scheduler: %d ticks in %d trials (%d pauses, %d kills): %d run once, %d duplicated, %d missed; %d finished by another instance at the cursor\n",
+		rep.Ticks, rep.Trials, rep.Pauses, rep.Kills, rep.Once, rep.Duplicated, rep.Missed, rep.Resumed)
+	if rep.Failed() {
+		fmt.Printf("chaos: FAIL: a tick ran twice or not at all (seed %d): %s\n", seed, rep.FirstBad)
+		failed = true
+	}
+	return rep, failed
 }
 
 // verdict prints why a run fails, if it does.

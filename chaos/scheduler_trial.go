@@ -1,0 +1,155 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/fencelock/fencelock/testenv"
+	"github.com/fencelock/fencelock/tick"
+	"github.com/fencelock/fencelock/tick/ticktest"
+)
+
+// schedTrial is one scheduler trial.
+type schedTrial struct {
+	cfg    *SchedulerConfig
+	n      int
+	rng    *rand.Rand
+	redis  *testenv.Redis
+	procs  []*ticktest.Process
+	confs  []ticktest.InstanceConfig
+	pauses int
+	kills  int
+}
+
+func (t *schedTrial) run(ctx context.Context, pg *testenv.Postgres) (ticktest.Tally, error) {
+	url, pool, drop, err := trialDB(ctx, pg)
+	if err != nil {
+		return ticktest.Tally{}, err
+	}
+	defer drop()
+	if _, err := pool.Exec(ctx, ticktest.Schema); err != nil {
+		return ticktest.Tally{}, err
+	}
+	c := t.cfg
+	every := tick.Every(c.Period)
+	// Far enough ahead for the processes to start, each up to half a
+	// period after the one before.
+	from := every.Next(time.Now().Add(time.Second + time.Duration(c.Instances)*c.Period/2))
+	last := from.Add(time.Duration(c.Ticks-1) * c.Period)
+	defer func() {
+		for _, p := range t.procs {
+			p.Kill()
+		}
+	}()
+	for i := range c.Instances {
+		ic := ticktest.InstanceConfig{Name: fmt.Sprintf("s%d", i), RedisURL: t.redis.URL, Prefix: fmt.Sprintf("%schaos-sched%d-%d:", t.redis.Prefix, t.cfg.Seed, t.n),
+			DBURL: url, Job: "sync", Period: c.Period, Lease: c.Lease, Steps: c.Steps, StepDelay: c.StepDelay, From: from, Ticks: c.Ticks, Guard: c.Guard,
+			Offset: time.Duration(t.rng.Int64N(int64(2*c.MaxOffset+1))) - c.MaxOffset}
+		if err := pause(ctx, time.Duration(t.rng.Int64N(int64(c.Period/2)))); err != nil {
+			return ticktest.Tally{}, err
+		}
+		if err := t.start(ic); err != nil {
+			return ticktest.Tally{}, err
+		}
+	}
+	if err := t.nemesis(ctx, from, last); err != nil {
+		return ticktest.Tally{}, err
+	}
+	// Every instance exits once its last tick's call returned.
+	done := time.NewTimer(last.Sub(time.Now()) + 20*c.Period + time.Minute)
+	defer done.Stop()
+	for _, p := range t.procs {
+		select {
+		case <-p.Done():
+		case <-done.C:
+			return ticktest.Tally{}, fmt.Errorf("instance %d did not finish", p.Cmd.Process.Pid)
+		case <-ctx.Done():
+			return ticktest.Tally{}, ctx.Err()
+		}
+	}
+	counts, err := ticktest.Count(ctx, pool, "sync")
+	if err != nil {
+		return ticktest.Tally{}, err
+	}
+	return ticktest.Sum(counts, ticktest.Ticks(every, from, last)), nil
+}
+
+func (t *schedTrial) start(ic ticktest.InstanceConfig) error {
+	p, err := ticktest.StartInstance(t.cfg.Command(), ic)
+	if err != nil {
+		return err
+	}
+	if _, err := p.Await("ready", time.Minute); err != nil {
+		p.Kill()
+		return err
+	}
+	t.procs, t.confs = append(t.procs, p), append(t.confs, ic)
+	return nil
+}
+
+// nemesis injects the trial's faults at random ticks: a SIGSTOP of 2 to 4
+// leases, or a SIGKILL followed by a new instance of the same
+// configuration (it fires the ticks still to come). A fault comes two
+// steps and a half into its tick by the victim's clock (between its
+// job's second and third steps); half the time the victim
+// is the instance whose clock is most ahead, which runs most ticks: the
+// fault then lands mid-run.
+func (t *schedTrial) nemesis(ctx context.Context, from, last time.Time) error {
+	c := t.cfg
+	n := max(1, int(last.Sub(from)/c.Period)-int(4*c.Lease/c.Period))
+	ticks := make([]int, c.Faults)
+	for i := range ticks {
+		ticks[i] = t.rng.IntN(n)
+	}
+	slices.Sort(ticks)
+	for _, k := range ticks {
+		v := t.victim()
+		at := from.Add(time.Duration(k)*c.Period - t.confs[v].Offset + 5*c.StepDelay/2)
+		if err := pause(ctx, time.Until(at)); err != nil {
+			return err
+		}
+		if t.rng.IntN(2) == 0 {
+			hold := time.Duration(2+t.rng.IntN(3)) * c.Lease
+			_ = t.procs[v].Cmd.Process.Signal(syscall.SIGSTOP)
+			t.pauses++
+			if err := pause(ctx, hold); err != nil {
+				return err
+			}
+			_ = t.procs[v].Cmd.Process.Signal(syscall.SIGCONT)
+			continue
+		}
+		t.procs[v].Kill()
+		t.kills++
+		ic := t.confs[v]
+		next := tick.Every(c.Period).Next(time.Now().Add(ic.Offset))
+		if next.After(last) {
+			continue
+		}
+		ic.Ticks -= int(next.Sub(ic.From) / c.Period)
+		ic.From = next
+		p, err := ticktest.StartInstance(t.cfg.Command(), ic)
+		if err != nil {
+			return err
+		}
+		t.procs[v] = p
+	}
+	return nil
+}
+
+// victim is the instance whose clock is most ahead, or any, at even odds.
+func (t *schedTrial) victim() int {
+	if t.rng.IntN(2) == 0 {
+		return t.rng.IntN(len(t.procs))
+	}
+	v := 0
+	for i, ic := range t.confs {
+		if ic.Offset > t.confs[v].Offset {
+			v = i
+		}
+	}
+	return v
+}
