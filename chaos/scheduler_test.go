@@ -34,7 +34,7 @@ func TestSchedulerTrials(t *testing.T) {
 	}
 	ctl, err := RunScheduler(ctx, SchedulerConfig{Trials: 1, Seed: *flagSeed, Ticks: 4, Faults: 1, Guard: false, Command: SelfCommand,
 		StepDelay: time.Millisecond, // shorter than the clocks' offsets: the case of a lock alone
-		Postgres: pg, Redis: rd})
+		Postgres:  pg, Redis: rd})
 	if err != nil {
 		t.Fatal(err)
 	}
