@@ -31,7 +31,7 @@ func TestHarnessQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"rtt", "uncontended", "parallel", "handoff", "handoff2", "fair", "queue", "headkill", "election", "leaderkill", "observe", "contended", "renewal", "guard", "sqlfence", "sync", "outbox", "cluster"} {
+	for _, name := range []string{"rtt", "uncontended", "parallel", "handoff", "handoff2", "fair", "queue", "headkill", "election", "leaderkill", "observe", "contended", "renewal", "guard", "sqlfence", "sync", "tick", "outbox", "cluster"} {
 		s, ok := res.Scenarios[name]
 		if !ok {
 			t.Errorf("scenario %s did not run", name)
@@ -70,6 +70,7 @@ func TestHarnessQuick(t *testing.T) {
 		{issueLeader, "leader SIGKILLed → next leader, term lease 500ms: ≤ 667ms"},
 		{issueLeader, "observe fan-out, 20 observers, a resignation seen by all: p50 ≤ 2 × PING"},
 		{issueLeader, "observe fan-out, 20 observers, a resignation seen by all: p99 ≤ 10 × PING"},
+		{issueTicks, "a tick run of an empty job ÷ its floor ≤ 1.2"},
 	} {
 		found := false
 		for _, g := range res.Goals {

@@ -13,6 +13,7 @@ const (
 	issueGuard  = "guarded writes"
 	issueOutbox = "fenced side effects (the outbox)"
 	issueLeader = "scheduled jobs: one leader at a time"
+	issueTicks  = "scheduled jobs: each tick once"
 )
 
 // evaluateGoals turns the figures into the issue's goals, each met or not.
@@ -114,6 +115,14 @@ func evaluateGoals(r *results) {
 	r.issue = issueGuard
 	if _, ok := r.Scenarios["sync"]; ok {
 		r.addGoal("sync", "rows/s guard on / off ≥ 0.90", ratio("sync", "on/off"), 0.9, false, "")
+	}
+	r.issue = issueTicks
+	if s, ok := r.Scenarios["tick"]; ok {
+		note := ""
+		if v, ok := s.Ratios["tick/redsync"]; ok {
+			note = fmt.Sprintf("floor: the same calls bare (acquire+release, Advance, 2 ledger reads, 2 ledger steps, Finish); a redsync per-tick lock (no run, no database) costs %s× less", fmtNum(v))
+		}
+		r.addGoal("tick", "a tick run of an empty job ÷ its floor ≤ 1.2", ratio("tick", "tick/floor"), 1.2, true, note)
 	}
 }
 

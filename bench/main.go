@@ -284,6 +284,7 @@ func run(ctx context.Context, cfg config, pin bool, cpuprofile string, log io.Wr
 		{"guard", runGuard},
 		{"sqlfence", runSQLFence},
 		{"sync", runSync},
+		{"tick", runTick},
 		{"outbox", runOutbox},
 		{"cluster", runCluster},
 	} {

@@ -42,7 +42,7 @@ func (e *env) startServers(ctx context.Context, pinned bool, pl *placement) erro
 		}
 	}
 
-	if !e.cfg.wants("guard") && !e.cfg.wants("sync") && !e.cfg.wants("outbox") {
+	if !e.cfg.wants("guard") && !e.cfg.wants("sqlfence") && !e.cfg.wants("sync") && !e.cfg.wants("outbox") && !e.cfg.wants("tick") {
 		return nil
 	}
 	pg, err := testenv.StartPostgres()
