@@ -14,6 +14,11 @@
 //			return t.Run.Step(ctx, "done", func(ctx context.Context, tx pgx.Tx) error { ... })
 //		})
 //
+// What was decided and why, the adapters for gocron and robfig's cron
+// (modules of their own), and a Kubernetes CronJob's pod are in
+// docs/scheduled-jobs.md
+// (https://github.com/fencelock/fencelock/blob/main/docs/scheduled-jobs.md).
+//
 // # The tick
 //
 // A tick is the instant the schedule names, in UTC: its run key is that
