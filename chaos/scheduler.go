@@ -77,6 +77,8 @@ type SchedulerReport struct {
 	// Resumed counts ticks finished by a holder other than the one that
 	// started them: a fault that landed mid-run.
 	Resumed  int     `json:"resumed"`
+	PeriodMS int64   `json:"period_ms"`
+	OffsetMS int64   `json:"max_offset_ms"`
 	Pauses   int     `json:"pauses"`
 	Kills    int     `json:"kills"`
 	ElapsedS float64 `json:"elapsed_s"`
@@ -141,7 +143,7 @@ func RunScheduler(ctx context.Context, cfg SchedulerConfig) (*SchedulerReport, e
 		}
 		defer func() { _ = rd.Stop() }()
 	}
-	rep := &SchedulerReport{Seed: cfg.Seed, Guard: cfg.Guard}
+	rep := &SchedulerReport{Seed: cfg.Seed, Guard: cfg.Guard, PeriodMS: cfg.Period.Milliseconds(), OffsetMS: cfg.MaxOffset.Milliseconds()}
 	for i := range cfg.Trials {
 		st := &schedTrial{cfg: &cfg, n: i, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(i)+1<<32)), redis: rd}
 		t, err := st.run(ctx, pg)

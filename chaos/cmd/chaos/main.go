@@ -72,6 +72,8 @@ func main() {
 		outboxKills    = flag.Int("outbox-kills", 5, "relay kills per outbox trial")
 		schedTrials    = flag.Int("scheduler-trials", 200, "scheduler trials after the outbox's: four scheduler processes, clocks offset, stopped and killed mid-run, each tick counted in the database (0: none)")
 		schedTicks     = flag.Int("scheduler-ticks", 12, "ticks per scheduler trial")
+		schedPeriod    = flag.Duration("scheduler-period", 300*time.Millisecond, "the scheduler trials' period (their lease 300 ms, each step period/6)")
+		schedOffset    = flag.Duration("scheduler-offset", 0, "the largest clock offset of a scheduler instance, either way (0: period/5, a 1 s offset on a 5 s period)")
 		out            = flag.String("out", "", "write the runs' summaries to this JSON file (make chaos: results/latest.json) and the loss-detection and takeover chart next to it ("+chartFile+")")
 	)
 	flag.Parse()
@@ -188,7 +190,8 @@ func main() {
 		last["outbox"] = orep
 	}
 	if *schedTrials > 0 {
-		srep, bad := schedulerRun(ctx, *schedTrials, *schedTicks, *seed, *verbose)
+		srep, bad := schedulerRun(ctx, chaos.SchedulerConfig{Trials: *schedTrials, Ticks: *schedTicks, Period: *schedPeriod,
+			MaxOffset: *schedOffset, Seed: *seed, Command: chaos.SelfCommand, Out: os.Stdout, Verbose: *verbose})
 		failed = failed || bad
 		if srep != nil {
 			last["scheduler"] = srep
@@ -219,24 +222,25 @@ func main() {
 
 // schedulerRun runs the scheduler kind: a guard-off control (the lock
 // alone, whose late instances must run ticks twice), then the trials.
-func schedulerRun(ctx context.Context, trials, ticks int, seed int64, verbose bool) (*chaos.SchedulerReport, bool) {
+func schedulerRun(ctx context.Context, cfg chaos.SchedulerConfig) (*chaos.SchedulerReport, bool) {
 	fmt.Printf("\nchaos: scheduler control run, guard off (the lock alone), 3 trials\n")
-	ctl, err := chaos.RunScheduler(ctx, chaos.SchedulerConfig{Trials: 3, Ticks: ticks, Seed: seed, Guard: false,
-		StepDelay: time.Millisecond, Command: chaos.SelfCommand, Out: os.Stdout, Verbose: verbose})
+	ctl := cfg
+	ctl.Trials, ctl.Guard, ctl.StepDelay = 3, false, time.Millisecond
+	crep, err := chaos.RunScheduler(ctx, ctl)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: scheduler control: %v\n", err)
 		return nil, true
 	}
 	failed := false
-	if ctl.Duplicated == 0 {
+	if crep.Duplicated == 0 {
 		fmt.Printf("chaos: FAIL: the guard-off scheduler control ran no tick twice: the checker proves nothing\n")
 		failed = true
 	} else {
-		fmt.Printf("chaos: scheduler control ok: the lock alone ran %d of %d ticks more than once\n", ctl.Duplicated, ctl.Ticks)
+		fmt.Printf("chaos: scheduler control ok: the lock alone ran %d of %d ticks more than once\n", crep.Duplicated, crep.Ticks)
 	}
-	fmt.Printf("chaos: scheduler trials, %d trials of %d ticks\n", trials, ticks)
-	rep, err := chaos.RunScheduler(ctx, chaos.SchedulerConfig{Trials: trials, Ticks: ticks, Seed: seed, Guard: true,
-		Command: chaos.SelfCommand, Out: os.Stdout, Verbose: verbose})
+	fmt.Printf("chaos: scheduler trials, %d trials of %d ticks every %v\n", cfg.Trials, cfg.Ticks, cfg.Period)
+	cfg.Guard = true
+	rep, err := chaos.RunScheduler(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: scheduler trials: %v\n", err)
 		return nil, true
@@ -244,7 +248,7 @@ func schedulerRun(ctx context.Context, trials, ticks int, seed int64, verbose bo
 	fmt.Printf("chaos: scheduler: %d ticks in %d trials (%d pauses, %d kills): %d run once, %d duplicated, %d missed; %d finished by another instance at the cursor\n",
 		rep.Ticks, rep.Trials, rep.Pauses, rep.Kills, rep.Once, rep.Duplicated, rep.Missed, rep.Resumed)
 	if rep.Failed() {
-		fmt.Printf("chaos: FAIL: a tick ran twice or not at all (seed %d): %s\n", seed, rep.FirstBad)
+		fmt.Printf("chaos: FAIL: a tick ran twice or not at all (seed %d): %s\n", cfg.Seed, rep.FirstBad)
 		failed = true
 	}
 	return rep, failed
