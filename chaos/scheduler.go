@@ -20,8 +20,11 @@ import (
 // while a nemesis stops them mid-run for longer than their lease and kills
 // them (a killed instance is started again).
 type SchedulerConfig struct {
-	// Trials is the number of trials (default 1).
-	Trials int
+	// Trials is the number of trials (default 1), numbered from
+	// FirstTrial (a trial's number and the seed make its schedule: rerun
+	// one alone with Trials 1 and its number).
+	Trials     int
+	FirstTrial int
 	// Seed drives the offsets, the starts, and the faults' timing, kinds
 	// and victims.
 	Seed int64
@@ -144,7 +147,7 @@ func RunScheduler(ctx context.Context, cfg SchedulerConfig) (*SchedulerReport, e
 		defer func() { _ = rd.Stop() }()
 	}
 	rep := &SchedulerReport{Seed: cfg.Seed, Guard: cfg.Guard, PeriodMS: cfg.Period.Milliseconds(), OffsetMS: cfg.MaxOffset.Milliseconds()}
-	for i := range cfg.Trials {
+	for i := cfg.FirstTrial; i < cfg.FirstTrial+cfg.Trials; i++ {
 		st := &schedTrial{cfg: &cfg, n: i, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(i)+1<<32)), redis: rd}
 		t, err := st.run(ctx, pg)
 		if err != nil {

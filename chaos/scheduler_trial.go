@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,14 +16,19 @@ import (
 
 // schedTrial is one scheduler trial.
 type schedTrial struct {
-	cfg    *SchedulerConfig
-	n      int
-	rng    *rand.Rand
-	redis  *testenv.Redis
-	procs  []*ticktest.Process
-	confs  []ticktest.InstanceConfig
-	pauses int
-	kills  int
+	cfg   *SchedulerConfig
+	n     int
+	rng   *rand.Rand
+	redis *testenv.Redis
+	procs []*ticktest.Process
+	confs []ticktest.InstanceConfig
+	// all are every process the trial started, killed ones included, and
+	// their configurations; faults say what the nemesis did, when.
+	all      []*ticktest.Process
+	allConfs []ticktest.InstanceConfig
+	faults   []string
+	pauses   int
+	kills    int
 }
 
 func (t *schedTrial) run(ctx context.Context, pg *testenv.Postgres) (ticktest.Tally, error) {
@@ -41,7 +47,7 @@ func (t *schedTrial) run(ctx context.Context, pg *testenv.Postgres) (ticktest.Ta
 	from := every.Next(time.Now().Add(time.Second + time.Duration(c.Instances)*c.Period/2))
 	last := from.Add(time.Duration(c.Ticks-1) * c.Period)
 	defer func() {
-		for _, p := range t.procs {
+		for _, p := range t.all {
 			p.Kill()
 		}
 	}()
@@ -75,7 +81,32 @@ func (t *schedTrial) run(ctx context.Context, pg *testenv.Postgres) (ticktest.Ta
 	if err != nil {
 		return ticktest.Tally{}, err
 	}
-	return ticktest.Sum(counts, ticktest.Ticks(every, from, last)), nil
+	sum := ticktest.Sum(counts, ticktest.Ticks(every, from, last))
+	if c.Guard && (sum.Missed > 0 || sum.Duplicated > 0) {
+		t.history(append(sum.MissedTicks, sum.DuplicatedTicks...))
+	}
+	return sum, nil
+}
+
+// history prints what each instance said of the ticks that broke.
+func (t *schedTrial) history(bad []time.Time) {
+	var keys []string
+	for _, b := range bad {
+		keys = append(keys, tick.Key(b))
+	}
+	fmt.Fprintf(t.cfg.Out, "scheduler trial %d (seed %d): the instances' lines about its bad ticks %s:\n", t.n, t.cfg.Seed, strings.Join(keys, ", "))
+	for _, l := range t.faults {
+		fmt.Fprintf(t.cfg.Out, "  nemesis: %s\n", l)
+	}
+	for i, p := range t.all {
+		for _, l := range p.Lines() {
+			for _, b := range bad {
+				if strings.Contains(l, tick.Key(b)) {
+					fmt.Fprintf(t.cfg.Out, "  instance %d (%s, offset %v): %s\n", i, t.allConfs[i].Name, t.allConfs[i].Offset, l)
+				}
+			}
+		}
+	}
 }
 
 func (t *schedTrial) start(ic ticktest.InstanceConfig) error {
@@ -88,6 +119,7 @@ func (t *schedTrial) start(ic ticktest.InstanceConfig) error {
 		return err
 	}
 	t.procs, t.confs = append(t.procs, p), append(t.confs, ic)
+	t.all, t.allConfs = append(t.all, p), append(t.allConfs, ic)
 	return nil
 }
 
@@ -114,6 +146,7 @@ func (t *schedTrial) nemesis(ctx context.Context, from, last time.Time) error {
 		}
 		if t.rng.IntN(2) == 0 {
 			hold := time.Duration(2+t.rng.IntN(3)) * c.Lease
+			t.faults = append(t.faults, fmt.Sprintf("%s SIGSTOP %s for %v", time.Now().UTC().Format("05.000"), t.confs[v].Name, hold))
 			_ = t.procs[v].Cmd.Process.Signal(syscall.SIGSTOP)
 			t.pauses++
 			if err := pause(ctx, hold); err != nil {
@@ -122,6 +155,7 @@ func (t *schedTrial) nemesis(ctx context.Context, from, last time.Time) error {
 			_ = t.procs[v].Cmd.Process.Signal(syscall.SIGCONT)
 			continue
 		}
+		t.faults = append(t.faults, fmt.Sprintf("%s SIGKILL %s", time.Now().UTC().Format("05.000"), t.confs[v].Name))
 		t.procs[v].Kill()
 		t.kills++
 		ic := t.confs[v]
@@ -136,6 +170,7 @@ func (t *schedTrial) nemesis(ctx context.Context, from, last time.Time) error {
 			return err
 		}
 		t.procs[v] = p
+		t.all, t.allConfs = append(t.all, p), append(t.allConfs, ic)
 	}
 	return nil
 }

@@ -49,13 +49,13 @@
 //
 //   - the tick is the newest and finished, or older and its run finished:
 //     [AlreadyDone], with the token that finished it ([Outcome.Token]);
-//   - older than the newest and not finished: [Superseded]. Ticks run in
-//     order: an older tick starting after a newer one would write older
-//     data over newer;
+//   - older than the newest and not finished: [Superseded] (see "Ticks
+//     in order");
 //   - the newest, in flight (its runner died, or its job failed): resumed
 //     at its run's cursor ([Tick.Resumed], [Tick.Cursor]), then finished;
-//   - newer: recorded as started (with the ticks in between as missed),
-//     run, finished: [Ran].
+//   - newer: the ticks between the newest and it that are still due run
+//     first, in order; the others are missed (recorded and reported); then
+//     it is recorded as started, run, finished: [Ran].
 //
 // The job's Func writes through the tick's run, [Tick.Run] (Step commits
 // its writes and its cursor in one fenced transaction); Run finishes the
@@ -64,6 +64,19 @@
 // resumes it. Before deciding anything that writes, Run claims the fence
 // (the store's Advance): a paused holder of the tick that wakes up cannot
 // commit a step after the next holder read the cursor.
+//
+// # Ticks in order
+//
+// A job's ticks run in the order of the schedule: an older tick starting
+// after a newer one would write older data over newer. A tick is due from
+// its instant until its callers' wait ends (see "Waiting": by default,
+// when the next tick is due). A call that holds the lock for a tick runs
+// first, in order, the ticks before it that no holder started and that
+// are still due by its clock ([Outcome.Earlier]): their own callers may
+// still be queued behind it (a clock ahead, a waiter that was slow to
+// heartbeat and lost its place) and then find them done. The ticks whose
+// wait is over are missed. A tick older than the newest started, not
+// finished, is never run: Superseded.
 //
 // # Waiting
 //
@@ -94,15 +107,16 @@
 // lock at once; if it died, the lock frees when its lease runs out. The
 // holder resumes the tick at its cursor. If no instance was waiting any
 // more, the next call for a later tick finishes it first, at its cursor,
-// then runs its own ([Outcome.Previous]): no tick is left half-done while
+// then runs its own ([Outcome.Earlier]): no tick is left half-done while
 // the job goes on. A tick whose job keeps failing therefore holds up the
 // later ticks of its job, each call returning the failure as a JobError,
 // until the job is fixed.
 //
 // # Catching up after every instance was down
 //
-// None by default: the ticks that fell while no instance ran are reported
-// missed when the next tick starts, and that tick does the work (a stock
+// None by default: the ticks that fell while no instance ran, and whose
+// wait is over, are reported missed when the next tick starts, and that
+// tick does the work (a stock
 // sync of now supersedes the syncs that did not happen). To run the last
 // missed tick at start-up instead, call Run for [Prev](schedule, now): it
 // runs once across the instances that start together, and is AlreadyDone

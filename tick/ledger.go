@@ -103,12 +103,9 @@ func (l ledger) missed(t time.Time) bool {
 	return false
 }
 
-// started is l once tick t started with token, after the missed ticks m.
-func (l ledger) started(t time.Time, token int64, m *MissedTicks) ledger {
+// started is l once tick t started with token.
+func (l ledger) started(t time.Time, token int64) ledger {
 	l.Newest, l.Finished, l.Token = t, false, token
-	if m != nil {
-		l.Missed = keepLast(append(l.Missed[:len(l.Missed):len(l.Missed)], *m))
-	}
 	return l
 }
 

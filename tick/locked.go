@@ -2,6 +2,7 @@ package tick
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -59,7 +60,7 @@ func (c *call[R, Tx]) locked(out Outcome) (Outcome, error) {
 			return out, nil
 		}
 		if resumed {
-			out.Previous = l.Newest
+			out.Earlier = append(out.Earlier, l.Newest)
 		}
 	}
 	return c.startTick(led, l, out)
@@ -123,36 +124,95 @@ func (c *call[R, Tx]) finishNewest(led R, l *ledger) (resumed bool, err error) {
 	return !finished, led.Step(c.ctx, l.encode(), nil)
 }
 
-// startTick runs the call's tick, newer than the ledger's newest (finished).
+// startTick runs the call's tick, newer than the ledger's newest
+// (finished): first the ticks between them that are still due, in order
+// (the rest are missed), then its own.
 func (c *call[R, Tx]) startTick(led R, l ledger, out Outcome) (Outcome, error) {
-	var m *MissedTicks
+	var due []time.Time
 	if !l.Newest.IsZero() {
-		if n, first, last, _ := missedBetween(c.s, l.Newest, c.tick); n > 0 {
-			m = &MissedTicks{First: first, Last: last, Count: n, Found: c.tick}
+		var m *MissedTicks
+		due, m = c.between(l.Newest)
+		if m != nil {
+			out.Missed = m.Count
+			l.Missed = keepLast(append(l.Missed[:len(l.Missed):len(l.Missed)], *m))
+			if len(c.cfg.observers) > 0 {
+				c.r.reportMissed(c.ctx, c.cfg.observers, MissedEvent{Job: c.job, First: m.First, Last: m.Last, Count: m.Count, Found: c.tick})
+			}
 		}
 	}
 	token := c.lock.Token()
-	l = l.started(c.tick, token, m)
-	if err := led.Step(c.ctx, l.encode(), nil); err != nil {
-		return Outcome{}, err
-	}
-	if m != nil {
-		out.Missed = m.Count
-		if len(c.cfg.observers) > 0 {
-			c.r.reportMissed(c.ctx, c.cfg.observers, MissedEvent{Job: c.job, First: m.First, Last: m.Last, Count: m.Count, Found: c.tick})
+	for _, t := range append(due, c.tick) {
+		var err error
+		if l, err = c.runNew(led, l, t); err != nil {
+			return Outcome{}, err
 		}
-	}
-	if err := c.runJob(c.tick, c.r.store.Run(c.lock, Key(c.tick)), "", false); err != nil {
-		return Outcome{}, err
-	}
-	l = l.finished(c.tick, token)
-	if err := led.Step(c.ctx, l.encode(), nil); err != nil {
-		// The tick's run is finished: a later call sees it done (and
-		// records it), whatever this step's fate.
-		return Outcome{}, err
+		if !t.Equal(c.tick) {
+			out.Earlier = append(out.Earlier, t)
+			c.report(RunEvent{Tick: t, Result: Ran, Token: token})
+		}
 	}
 	out.Result, out.Token = Ran, token
 	return out, nil
+}
+
+// runNew records tick t as started, runs the job, finishes t's run, and
+// records who finished it.
+func (c *call[R, Tx]) runNew(led R, l ledger, t time.Time) (ledger, error) {
+	token := c.lock.Token()
+	l = l.started(t, token)
+	if err := led.Step(c.ctx, l.encode(), nil); err != nil {
+		return l, err
+	}
+	if err := c.runJob(t, c.r.store.Run(c.lock, Key(t)), "", false); err != nil {
+		return l, err
+	}
+	l = l.finished(t, token)
+	// Should this step fail, t's run is finished all the same: a later
+	// call sees it done (and records it).
+	return l, led.Step(c.ctx, l.encode(), nil)
+}
+
+// maxDue bounds the ticks still due that one call runs before its own;
+// older ones count as missed.
+const maxDue = 1000
+
+// between splits the ticks strictly between newest and the call's tick
+// into the missed (their wait is over by this instance's clock: no
+// caller of theirs waits any more) and those still due, oldest first.
+// A tick's wait ends WithWait after it, or when the tick after it is due.
+func (c *call[R, Tx]) between(newest time.Time) (due []time.Time, missed *MissedTicks) {
+	now := c.cfg.now()
+	n, first, last, _ := missedBetween(c.s, newest, c.tick)
+	if n == 0 {
+		return nil, nil
+	}
+	// Ticks are due from the newest back while their wait is not over.
+	for t := last; !t.Before(first) && len(due) < maxDue; t = Prev(c.s, t.Add(-time.Nanosecond)) {
+		if !now.Before(c.waitEnd(t)) {
+			break
+		}
+		due = append(due, t)
+	}
+	slices.Reverse(due)
+	if int64(len(due)) == n {
+		return due, nil
+	}
+	m := &MissedTicks{First: first, Count: n - int64(len(due)), Found: c.tick, Last: last}
+	if len(due) > 0 {
+		m.Last = Prev(c.s, due[0].Add(-time.Nanosecond))
+	}
+	return due, m
+}
+
+// waitEnd is when the callers of tick t stop waiting for it.
+func (c *call[R, Tx]) waitEnd(t time.Time) time.Time {
+	if c.cfg.waitSet {
+		return t.Add(c.cfg.wait)
+	}
+	if next := c.s.Next(t); !next.IsZero() {
+		return next
+	}
+	return t
 }
 
 // runJob runs fn for tick t, then finishes t's run.

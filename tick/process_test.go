@@ -88,6 +88,9 @@ func TestTicksAcrossProcesses(t *testing.T) {
 	sum := ticktest.Sum(counts, ticktest.Ticks(every, from, to))
 	t.Logf("ticks %d: once %d, duplicated %d, missed %d, resumed %d; stopped at %s, killed at %s", sum.Ticks, sum.Once,
 		sum.Duplicated, sum.Missed, sum.Resumed, hung, died)
+	if sum.Missed+sum.Duplicated > 0 {
+		logHistory(t, insts, append(sum.MissedTicks, sum.DuplicatedTicks...))
+	}
 	require.Equal(t, ticks, sum.Ticks)
 	require.Zero(t, sum.Duplicated, "duplicated ticks %v", sum.DuplicatedTicks)
 	require.Zero(t, sum.Missed, "missed ticks %v", sum.MissedTicks)
@@ -112,4 +115,18 @@ func countOf(t *testing.T, counts []ticktest.TickCount, key string) ticktest.Tic
 	}
 	t.Fatalf("no effect of tick %s", key)
 	return ticktest.TickCount{}
+}
+
+// logHistory logs what every instance said of the ticks bad.
+func logHistory(t *testing.T, insts []*ticktest.Process, bad []time.Time) {
+	for i, p := range insts {
+		p.Kill()
+		for _, l := range p.Lines() {
+			for _, b := range bad {
+				if strings.Contains(l, tick.Key(b)) {
+					t.Logf("instance %d: %s", i, l)
+				}
+			}
+		}
+	}
 }

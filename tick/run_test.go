@@ -147,7 +147,7 @@ func TestPreviousTickInFlightFinishedFirst(t *testing.T) {
 	out, err := b.Runner.Run(ctx, "sync", minute, next, ticktest.Job{Instance: "b", Steps: 3}.Func(), tick.WithObserver(rec))
 	require.NoError(t, err)
 	assert.Equal(t, tick.Ran, out.Result)
-	assert.True(t, out.Previous.Equal(at), "Previous = %s, want %s", out.Previous, at)
+	assert.Equal(t, []time.Time{at.UTC()}, out.Earlier)
 	assert.Zero(t, out.Missed)
 	c := count(t, env, "sync")
 	require.Len(t, c, 2)
@@ -177,6 +177,7 @@ func TestMissedTicksReportedAndSuperseded(t *testing.T) {
 		Count: 2, Found: at.Add(3 * time.Minute).UTC()}, m[0])
 
 	// A missed tick that fires late is not run after a newer one.
+	assert.Empty(t, out.Earlier)
 	out, err = a.Runner.Run(ctx, "sync", minute, at.Add(time.Minute), job)
 	require.NoError(t, err)
 	assert.Equal(t, tick.Superseded, out.Result)
@@ -269,4 +270,45 @@ func TestLockLostMidTick(t *testing.T) {
 	assert.True(t, out.Resumed)
 	c := count(t, env, "sync")
 	assert.Equal(t, ticktest.TickCount{Tick: at.UTC(), Runs: 1, Holders: 2}, c[0])
+}
+
+// A later tick's caller that gets the lock before the callers of earlier
+// ticks (a queue whose earlier waiters were slow, a clock ahead) runs the
+// earlier ticks whose wait is not over first, in order: they are not
+// missed, and their own callers then find them done.
+func TestTicksStillDueRunFirst(t *testing.T) {
+	env := ticktest.NewEnv(t)
+	ctx := testCtx(t)
+	at := past()
+	a, b := env.NewInstance(t), env.NewInstance(t)
+	rec := &recorder{}
+	wait := tick.WithWait(2 * time.Hour) // the ticks of the last hour are still due
+	job := ticktest.Job{Instance: "a", Steps: 2}.Func()
+	_, err := a.Runner.Run(ctx, "sync", minute, at, job, wait)
+	require.NoError(t, err)
+	out, err := a.Runner.Run(ctx, "sync", minute, at.Add(3*time.Minute), job, wait, tick.WithObserver(rec))
+	require.NoError(t, err)
+	assert.Equal(t, tick.Ran, out.Result)
+	assert.Equal(t, []time.Time{at.Add(time.Minute).UTC(), at.Add(2 * time.Minute).UTC()}, out.Earlier)
+	assert.Zero(t, out.Missed)
+	assert.Empty(t, rec.missedEvents())
+	assert.Len(t, rec.runEvents(), 3, "one event per tick run")
+	late, err := b.Runner.Run(ctx, "sync", minute, at.Add(time.Minute), ticktest.Job{Instance: "b", Steps: 2}.Func(), wait)
+	require.NoError(t, err)
+	assert.Equal(t, tick.AlreadyDone, late.Result, "the earlier tick's own caller finds it done")
+	assert.Equal(t, out.Token, late.Token)
+	c := count(t, env, "sync")
+	require.Len(t, c, 4)
+	for _, tc := range c {
+		assert.Equal(t, 1, tc.Runs, "tick %s", tc.Tick)
+	}
+
+	// Ticks whose wait is over are missed, the ones still due run: by
+	// this instance's clock, an hour after at, the wait of the ticks up to
+	// 6 minutes after at is over.
+	clock := tick.WithClock(func() time.Time { return at.Add(time.Hour) })
+	out, err = a.Runner.Run(ctx, "sync", minute, at.Add(10*time.Minute), job, tick.WithWait(time.Hour-6*time.Minute-30*time.Second), clock)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), out.Missed, "ticks 4, 5 and 6 minutes after: their wait ended")
+	assert.Equal(t, []time.Time{at.Add(7 * time.Minute).UTC(), at.Add(8 * time.Minute).UTC(), at.Add(9 * time.Minute).UTC()}, out.Earlier)
 }

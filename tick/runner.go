@@ -94,11 +94,13 @@ type Outcome struct {
 	// read.
 	Holder string
 	// Resumed, for Ran: the tick had been started by a holder that died
-	// or failed, and this call resumed it at its cursor. Previous, when
-	// not zero: before its own tick, this call finished that earlier tick,
-	// left in flight, at its cursor.
-	Resumed  bool
-	Previous time.Time
+	// or failed, and this call resumed it at its cursor.
+	Resumed bool
+	// Earlier are the ticks this call ran before its own, oldest first: a
+	// tick left in flight (resumed at its cursor) and ticks still due that
+	// no holder had started (see "Ticks in order" in the package
+	// documentation).
+	Earlier []time.Time
 	// Newest, for Superseded: the job's newest tick.
 	Newest time.Time
 	// Missed counts the ticks this call found missed when its tick

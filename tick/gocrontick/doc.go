@@ -26,9 +26,9 @@
 // Unlock finishes the tick with the task's result. When the tick needs no
 // run here (already done, held elsewhere, superseded), Lock returns an
 // error that says so ([*NotRunError]): gocron skips the task and reports
-// it to AfterLockError listeners. A tick left in flight that the runner
-// finishes first (tick.Outcome.Previous) is run by Lock itself, with the
-// same function.
+// it to AfterLockError listeners. The ticks the runner runs before the one
+// gocron fired (tick.Outcome.Earlier: one left in flight, ticks still due)
+// are run by Lock itself, with the same function.
 //
 // [Every] makes a duration job that starts on a tick of tick.Every, so
 // that every instance's gocron fires at the same instants; gocron's own

@@ -14,9 +14,19 @@ import (
 // waits does not hold up the next tick's. It returns when ctx ends and
 // every call has returned.
 func Fire(ctx context.Context, s tick.Schedule, clock func() time.Time, fire func(ctx context.Context, at time.Time)) {
+	FireFrom(ctx, s, clock, time.Time{}, fire)
+}
+
+// FireFrom is Fire from the tick first on (the next tick when zero): a
+// first tick already past is fired at once, late, as by a scheduler that
+// started late.
+func FireFrom(ctx context.Context, s tick.Schedule, clock func() time.Time, first time.Time, fire func(ctx context.Context, at time.Time)) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	next := s.Next(clock())
+	next := first
+	if next.IsZero() {
+		next = s.Next(clock())
+	}
 	for {
 		timer := time.NewTimer(next.Sub(clock()))
 		select {

@@ -99,7 +99,9 @@ func InstanceMain() int {
 		}()
 	}
 	var wg sync.WaitGroup
-	Fire(fctx, every, in.clock, func(_ context.Context, at time.Time) {
+	// From c.From even when it is past: an instance that started late
+	// (a loaded machine) still calls every tick, late.
+	FireFrom(fctx, every, in.clock, c.From, func(_ context.Context, at time.Time) {
 		if c.Ticks > 0 && (at.Before(c.From) || at.After(c.From.Add(time.Duration(c.Ticks-1)*c.Period))) {
 			return
 		}
@@ -260,6 +262,16 @@ func (p *Process) Await(prefix string, within time.Duration) (string, error) {
 			return "", fmt.Errorf("ticktest: no line %q from the instance within %v", prefix, within)
 		}
 	}
+}
+
+// Lines returns the lines p said that nobody awaited, once p exited.
+func (p *Process) Lines() []string {
+	<-p.done
+	var out []string
+	for l := range p.lines {
+		out = append(out, l)
+	}
+	return out
 }
 
 // Continue lets a hung instance go on.

@@ -73,6 +73,7 @@ func main() {
 		schedTrials    = flag.Int("scheduler-trials", 200, "scheduler trials after the outbox's: four scheduler processes, clocks offset, stopped and killed mid-run, each tick counted in the database (0: none)")
 		schedTicks     = flag.Int("scheduler-ticks", 12, "ticks per scheduler trial")
 		schedPeriod    = flag.Duration("scheduler-period", 300*time.Millisecond, "the scheduler trials' period (their lease 300 ms, each step period/6)")
+		schedFirst     = flag.Int("scheduler-first", 0, "the number of the first scheduler trial (rerun trial n alone: -scheduler-trials 1 -scheduler-first n, same -seed)")
 		schedOffset    = flag.Duration("scheduler-offset", 0, "the largest clock offset of a scheduler instance, either way (0: period/5, a 1 s offset on a 5 s period)")
 		out            = flag.String("out", "", "write the runs' summaries to this JSON file (make chaos: results/latest.json) and the loss-detection and takeover chart next to it ("+chartFile+")")
 	)
@@ -191,7 +192,7 @@ func main() {
 	}
 	if *schedTrials > 0 {
 		srep, bad := schedulerRun(ctx, chaos.SchedulerConfig{Trials: *schedTrials, Ticks: *schedTicks, Period: *schedPeriod,
-			MaxOffset: *schedOffset, Seed: *seed, Command: chaos.SelfCommand, Out: os.Stdout, Verbose: *verbose})
+			MaxOffset: *schedOffset, FirstTrial: *schedFirst, Seed: *seed, Command: chaos.SelfCommand, Out: os.Stdout, Verbose: *verbose})
 		failed = failed || bad
 		if srep != nil {
 			last["scheduler"] = srep
