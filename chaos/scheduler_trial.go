@@ -66,7 +66,7 @@ func (t *schedTrial) run(ctx context.Context, pg *testenv.Postgres) (ticktest.Ta
 		return ticktest.Tally{}, err
 	}
 	// Every instance exits once its last tick's call returned.
-	done := time.NewTimer(last.Sub(time.Now()) + 20*c.Period + time.Minute)
+	done := time.NewTimer(time.Until(last) + 20*c.Period + time.Minute)
 	defer done.Stop()
 	for _, p := range t.procs {
 		select {

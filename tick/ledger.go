@@ -93,16 +93,6 @@ func (l ledger) doneBy(t time.Time) int64 {
 	return 0
 }
 
-// missed says whether t is in a run of missed ticks the ledger remembers.
-func (l ledger) missed(t time.Time) bool {
-	for _, m := range l.Missed {
-		if !t.Before(m.First) && !t.After(m.Last) {
-			return true
-		}
-	}
-	return false
-}
-
 // started is l once tick t started with token.
 func (l ledger) started(t time.Time, token int64) ledger {
 	l.Newest, l.Finished, l.Token = t, false, token

@@ -2,7 +2,6 @@ package tick
 
 import (
 	"context"
-	"errors"
 	"reflect"
 	"time"
 
@@ -148,9 +147,4 @@ type call[R Run[Tx], Tx any] struct {
 	// heldInfo is the lock's state when the wait ended without it.
 	heldInfo fence.LockInfo
 	waited   time.Duration
-}
-
-// errCtx reports whether err ended a wait because ctx ended.
-func errCtx(ctx context.Context, err error) bool {
-	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }

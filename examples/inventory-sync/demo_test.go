@@ -113,7 +113,7 @@ var _ io.Writer = testWriter{}
 func TestScheduledScenario(t *testing.T) {
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	ss := schedSettings{period: time.Second, ticks: 6, lease: 500 * time.Millisecond, chunks: 4}
+	ss := schedSettings{period: time.Second, ticks: 4, lease: 500 * time.Millisecond, chunks: 4}
 	s := demoSettings{out: testWriter{t}, exe: exe, sched: &ss}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -154,9 +154,10 @@ func TestAddRefusesBadInput(t *testing.T) {
 		"nil func":   func() error { _, err := crontick.Add(c, inst.Runner, "j", s, nil); return err }(),
 		"@every":     func() error { _, err := crontick.Add(c, inst.Runner, "j", every, fn); return err }(),
 		"nil ctx": func() error {
-			_, err := crontick.Add(c, inst.Runner, "j", s, fn, crontick.WithContext(nil))
+			var nilCtx context.Context // the bad input under test
+			_, err := crontick.Add(c, inst.Runner, "j", s, fn, crontick.WithContext(nilCtx))
 			return err
-		}(), //nolint:staticcheck // the bad input under test
+		}(),
 	} {
 		assert.ErrorIs(t, err, crontick.ErrInvalidInput, name)
 	}
