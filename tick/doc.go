@@ -143,6 +143,6 @@
 // A Runner needs no leader: every instance may call Run. To have one
 // scheduler instance at a time instead, campaign with fence's election and
 // run the scheduler only while the term lasts (the gocron adapter's Elector
-// does); ticks run through a Runner stay once-only when leadership moves
-// mid-tick.
+// does; see docs/leaders.md); ticks run through a Runner stay once-only
+// when leadership moves mid-tick.
 package tick
