@@ -36,6 +36,9 @@ type SchedulerConfig struct {
 	// Lease is the job lock's lease (default 300ms): a stop lasts 2 to 4
 	// leases.
 	Lease time.Duration
+	// Wait is the instances' tick.WithWait (default 30 periods): a tick
+	// is missed only when no instance could run it for that long.
+	Wait time.Duration
 	// MaxOffset bounds each instance's clock offset, either way (default
 	// Period/5: a 1 s offset on a 5 s period).
 	MaxOffset time.Duration
@@ -109,6 +112,9 @@ func (c *SchedulerConfig) setDefaults() error {
 	}
 	if c.Lease <= 0 {
 		c.Lease = 300 * time.Millisecond
+	}
+	if c.Wait <= 0 {
+		c.Wait = 30 * c.Period
 	}
 	if c.StepDelay <= 0 {
 		c.StepDelay = c.Period / 6

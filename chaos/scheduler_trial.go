@@ -53,7 +53,7 @@ func (t *schedTrial) run(ctx context.Context, pg *testenv.Postgres) (ticktest.Ta
 	}()
 	for i := range c.Instances {
 		ic := ticktest.InstanceConfig{Name: fmt.Sprintf("s%d", i), RedisURL: t.redis.URL, Prefix: fmt.Sprintf("%schaos-sched%d-%d:", t.redis.Prefix, t.cfg.Seed, t.n),
-			DBURL: url, Job: "sync", Period: c.Period, Lease: c.Lease, Steps: c.Steps, StepDelay: c.StepDelay, From: from, Ticks: c.Ticks, Guard: c.Guard,
+			DBURL: url, Job: "sync", Period: c.Period, Lease: c.Lease, Wait: c.Wait, Steps: c.Steps, StepDelay: c.StepDelay, From: from, Ticks: c.Ticks, Guard: c.Guard,
 			Offset: time.Duration(t.rng.Int64N(int64(2*c.MaxOffset+1))) - c.MaxOffset}
 		if err := pause(ctx, time.Duration(t.rng.Int64N(int64(c.Period/2)))); err != nil {
 			return ticktest.Tally{}, err
@@ -66,7 +66,7 @@ func (t *schedTrial) run(ctx context.Context, pg *testenv.Postgres) (ticktest.Ta
 		return ticktest.Tally{}, err
 	}
 	// Every instance exits once its last tick's call returned.
-	done := time.NewTimer(time.Until(last) + 20*c.Period + time.Minute)
+	done := time.NewTimer(time.Until(last) + c.Wait + time.Minute)
 	defer done.Stop()
 	for _, p := range t.procs {
 		select {
