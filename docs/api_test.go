@@ -199,7 +199,7 @@ func goCmd(t *testing.T, dir string, args ...string) []byte {
 	t.Helper()
 	cmd := exec.Command(goBin(), args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), goflags("-mod=readonly"), "GOWORK=off")
+	cmd.Env = append(os.Environ(), goflags("-mod=readonly -race"), "GOWORK=off")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -279,7 +279,7 @@ func buildBlocks(t *testing.T, root, mod string, blocks []block, out string) {
 	}
 	cmd := exec.Command(goBin(), append(args, pkgs...)...)
 	cmd.Dir = filepath.Join(root, mod)
-	cmd.Env = append(os.Environ(), goflags("-mod=readonly"), "GOWORK=off")
+	cmd.Env = append(os.Environ(), goflags("-mod=readonly -race"), "GOWORK=off")
 	msg, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("a Go block shown in the docs does not build against the checkout (fix the doc, or the code it shows):\n%s",

@@ -34,6 +34,7 @@ const (
 // wrong one, without EVALSHA, without EVAL, outside their key pattern,
 // and without a command fence's scripts run.
 func TestAcquireNamesAccessFix(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	admin := r.Client()
@@ -152,6 +153,7 @@ func TestAcquireNamesAccessFix(t *testing.T) {
 // The link in a NOPERM fix leads to the ACL line, and the commands the
 // fix for a refusal inside a script grants are all on that line.
 func TestAccessFixLinkHoldsTheACLLine(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../docs/operations.md")
 	require.NoError(t, err)
 	doc := string(b)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,6 +39,7 @@ func closedPort(t *testing.T) string {
 // however long ctx would have allowed. It pins both a stopped server and
 // a port nothing ever listened on.
 func TestAcquireOutageCarriesLastError(t *testing.T) {
+	t.Parallel()
 	stopped := testenv.NewRedisServer(t)
 	addrs := map[string]string{"stopped server": stopped.Addr, "closed port": closedPort(t)}
 	require.NoError(t, stopped.Stop())
@@ -78,6 +80,7 @@ func TestAcquireOutageCarriesLastError(t *testing.T) {
 // guard.Exec's does) is returned alone, and Release's "not held" for the
 // lost lock is not added to it.
 func TestDoNamesTheLossOnce(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	c := newClient(t, r, nil)
@@ -109,12 +112,13 @@ const outageWarning = "fence: Redis is unreachable while Acquire waits; it keeps
 
 // An outage is named while Acquire waits: with Redis killed (connections
 // refused) or stopped (SIGSTOP: connections open, nothing answers), a
-// waiting Acquire without a wait limit warns once per client, on
-// slog.Default() when no WithLogger is given, that Redis is unreachable
-// and what ends the wait, with the error its calls met. It is the first
-// thing fence logs, and the subscription that fails with the outage is
-// not reported as a pub/sub matter.
+// waiting Acquire warns once per client that Redis is unreachable and
+// what ends the wait, with the error its calls met. It is the first thing
+// fence logs, and the subscription that fails with the outage is not
+// reported as a pub/sub matter. (Where the warning goes without
+// WithLogger: TestOutageWarningLogger.)
 func TestOutageWarningNamesTheOutage(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		fault   string
 		inject  func(r *testenv.Redis) error
@@ -124,15 +128,13 @@ func TestOutageWarningNamesTheOutage(t *testing.T) {
 		{"stopped", (*testenv.Redis).Pause, "i/o timeout"},
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
+			t.Parallel()
 			r := testenv.NewRedisServer(t)
 			var logs syncBuffer
-			prev := slog.Default()
-			slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-			t.Cleanup(func() { slog.SetDefault(prev) })
 			// Short timeouts: a stopped server is noticed by a read that
 			// times out (go-redis's default is seconds).
 			rdb := r.NewClient(&redis.Options{ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
-			c := newClient(t, r, rdb)
+			c := newClient(t, r, rdb, fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 			l, err := c.TryAcquire(ctxT(t, 5*time.Second), "warm") // the client worked before the outage
 			require.NoError(t, err)
 			require.NoError(t, l.Release(context.Background()))
@@ -170,6 +172,7 @@ func TestOutageWarningNamesTheOutage(t *testing.T) {
 		{"WithWaitLimit", []fence.LockOption{fence.WithWaitLimit(42 * time.Second)}, "its wait limit, 42s after the call (WithWaitLimit) ends the wait"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r := testenv.NewRedisServer(t)
 			logs := newLogWatch()
 			c := newClient(t, r, nil, fence.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
@@ -183,27 +186,40 @@ func TestOutageWarningNamesTheOutage(t *testing.T) {
 			assert.Contains(t, line, outageWarning+tc.want)
 		})
 	}
+}
 
-	// With WithLogger the warning goes there, and not to slog.Default().
-	t.Run("WithLogger", func(t *testing.T) {
-		r := testenv.NewRedisServer(t)
-		var deflogs, own syncBuffer
-		prev := slog.Default()
-		slog.SetDefault(slog.New(slog.NewTextHandler(&deflogs, nil)))
-		t.Cleanup(func() { slog.SetDefault(prev) })
-		c := newClient(t, r, nil, fence.WithLogger(slog.New(slog.NewTextHandler(&own, nil))))
-		require.NoError(t, r.Kill())
-		_, err := c.Acquire(ctxT(t, 3*time.Second), "outage")
-		require.ErrorIs(t, err, fence.ErrNotAcquired)
-		assert.Equal(t, 1, strings.Count(own.String(), outageWarning), "on the client's logger: %s", own.String())
-		assert.NotContains(t, deflogs.String(), "fence:")
-	})
+// TestOutageWarningLogger: without WithLogger the outage warning goes to
+// slog.Default() (the operator must get it without opt-in); with
+// WithLogger it goes there, and not to slog.Default(). Not parallel: it
+// sets the default logger.
+func TestOutageWarningLogger(t *testing.T) {
+	r := testenv.NewRedisServer(t)
+	var deflogs, own syncBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&deflogs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	plain := newClient(t, r, nil)
+	logged := newClient(t, r, nil, fence.WithLogger(slog.New(slog.NewTextHandler(&own, nil))))
+	require.NoError(t, r.Kill())
+	var wg sync.WaitGroup
+	for _, c := range []*fence.Client{plain, logged} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.Acquire(ctxT(t, 3*time.Second), "outage")
+			assert.ErrorIs(t, err, fence.ErrNotAcquired)
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 1, strings.Count(deflogs.String(), outageWarning), "the client without WithLogger, on slog.Default(): %s", deflogs.String())
+	assert.Equal(t, 1, strings.Count(own.String(), outageWarning), "the client with WithLogger, on its logger: %s", own.String())
 }
 
 // A Redis user that may not SUBSCRIBE is told so, with the server's
 // refusal and the ACL SETUSER line that grants it (and the Redis it waits
 // on is reachable: no outage warning); its waiters still get the lock.
 func TestSubscribeRefusedNamesTheCommand(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 20*time.Second)
 	require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all", "-subscribe").Err())

@@ -32,6 +32,7 @@ func heapAfterGC() int64 {
 // released. The client forgets each at its deadline, so its memory comes
 // back to where it was, and Close releases only the lock still valid.
 func TestLetExpireLocksAreForgotten(t *testing.T) {
+	// Not parallel: it reads the process's heap.
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 120*time.Second)
 	ev := &counts{}

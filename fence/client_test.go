@@ -28,6 +28,7 @@ type lease interface {
 var _ lease = (*fence.Lock)(nil)
 
 func TestAcquireRelease(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil)
@@ -66,6 +67,7 @@ func TestAcquireRelease(t *testing.T) {
 }
 
 func TestWithHolder(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil, fence.WithHolder("worker-1"))
@@ -79,6 +81,7 @@ func TestWithHolder(t *testing.T) {
 }
 
 func TestReleaseAfterExpiryKeepsNewHolder(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil)
@@ -108,6 +111,7 @@ func TestReleaseAfterExpiryKeepsNewHolder(t *testing.T) {
 }
 
 func TestReleaseByOtherHolderSameID(t *testing.T) {
+	t.Parallel()
 	// Same holder id, different token: a stale release must not delete.
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
@@ -135,6 +139,7 @@ func TestReleaseByOtherHolderSameID(t *testing.T) {
 }
 
 func TestReleaseDetachedFromCancelledContext(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := newClient(t, r, nil)
 	l, err := c.TryAcquire(ctxT(t, 5*time.Second), "rc")
@@ -148,6 +153,7 @@ func TestReleaseDetachedFromCancelledContext(t *testing.T) {
 }
 
 func TestAcquireWaitsForRelease(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	rec := newRecorder()
@@ -190,6 +196,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 }
 
 func TestAcquireWakesOnExpiry(t *testing.T) {
+	t.Parallel()
 	// No release message: the holder's lease just runs out. The waiter
 	// wakes when the PTTL it got back elapses.
 	r := testenv.NewRedis(t)
@@ -205,6 +212,7 @@ func TestAcquireWakesOnExpiry(t *testing.T) {
 }
 
 func TestAcquireLimits(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	c := newClient(t, r, nil)
@@ -231,6 +239,7 @@ func TestAcquireLimits(t *testing.T) {
 }
 
 func TestDo(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil)
@@ -264,6 +273,7 @@ func TestDo(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	rec := newRecorder()
@@ -304,6 +314,7 @@ func TestClose(t *testing.T) {
 }
 
 func TestTokensIncrease(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	c := newClient(t, r, nil)
@@ -359,6 +370,7 @@ func TestTokensIncrease(t *testing.T) {
 }
 
 func TestMutualExclusion(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	const clients, goroutines, rounds = 3, 6, 15
@@ -396,6 +408,7 @@ func TestMutualExclusion(t *testing.T) {
 }
 
 func TestReplicaSync(t *testing.T) {
+	t.Parallel()
 	// A standalone server has no replica: asking for one gets 0 acks, the
 	// lock is released and the call fails.
 	r := testenv.NewRedis(t)
@@ -418,6 +431,7 @@ func TestReplicaSync(t *testing.T) {
 }
 
 func TestReplicaSyncWithReplica(t *testing.T) {
+	t.Parallel()
 	primary := testenv.NewRedisServer(t, testenv.WithRedisArgs("--repl-diskless-sync-delay", "0"))
 	replica := testenv.NewRedisServer(t, testenv.WithRedisArgs("--replicaof", "127.0.0.1", portOf(primary.Addr)))
 	ctx := ctxT(t, 20*time.Second)
@@ -438,6 +452,7 @@ func portOf(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func TestOnePubSubConnectionPerClient(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 20*time.Second)
 	holder := newClient(t, r, nil)

@@ -18,6 +18,7 @@ import (
 // (SSUBSCRIBE/SPUBLISH), WAIT on the key's master, pipelines split per
 // node — against a real server.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--cluster-enabled", "yes"))
 	ctx := ctxT(t, 30*time.Second)
 	require.NoError(t, r.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())

@@ -21,6 +21,7 @@ import (
 // node behind a proxy that forwards nothing (a stopped node, as far as
 // its client can tell).
 func TestClusterViewBoundTooShort(t *testing.T) {
+	t.Parallel()
 	cl := testenv.SharedRedisCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -64,6 +65,7 @@ func TestClusterViewBoundTooShort(t *testing.T) {
 // that is not a master of the last map read is refused before it is sent,
 // with a stale-map error; before the first read nothing is refused.
 func TestClusterViewRoute(t *testing.T) {
+	t.Parallel()
 	cl := testenv.SharedRedisCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

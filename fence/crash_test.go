@@ -22,6 +22,7 @@ import (
 // LongWait; the lock passes to it when the dead holder's lease runs out,
 // at most DefaultLease after the crash.
 func TestCrashedHolderPassesAtLeaseEnd(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, time.Minute)
 	child, token, holder := startHolderProcess(t, r, "")

@@ -58,6 +58,7 @@ func startLeader(t *testing.T, r *testenv.Redis, name, value string, lease time.
 // then the new term. Without a candidate, a dead leader's vacancy is
 // seen when its lease runs out.
 func TestLeaderKilled(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	const lease, liveness = time.Second, 1500 * time.Millisecond

@@ -39,6 +39,7 @@ func campaignAsync(ctx context.Context, e *fence.Election, value string) <-chan 
 // again, and says how its last term ended. The term is a lock: its token
 // is the lock's, its context ends with the resignation.
 func TestCampaignProclaimResign(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	e := newElection(t, r, "scheduler")
@@ -80,6 +81,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 // script (the next leader's value is there at once), with a greater
 // token.
 func TestCampaignOrderAndHandover(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	lead := newElection(t, r, "jobs")
@@ -121,6 +123,7 @@ func TestCampaignOrderAndHandover(t *testing.T) {
 // the same client, begun after the candidate queued and waiting as long
 // behind a holder, says so once.
 func TestCampaignSaysNoLongWait(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	logs, rec := newLogWatch(), newRecorder()
@@ -157,6 +160,7 @@ func TestCampaignSaysNoLongWait(t *testing.T) {
 // of a lease: with a term lease of a minute, the next candidate leads
 // long before the old term could have expired.
 func TestResignHandsOverWithoutLeaseGap(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	a := newElection(t, r, "gap", fence.WithLease(time.Minute))
@@ -178,6 +182,7 @@ func TestResignHandsOverWithoutLeaseGap(t *testing.T) {
 // The same candidate id (WithHolder) campaigning again while it leads
 // gets its term back, its new value proclaimed.
 func TestCampaignSameHolderResumes(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	e := newElection(t, r, "resume", fence.WithHolder("host-a/scheduler"))
@@ -194,6 +199,7 @@ func TestCampaignSameHolderResumes(t *testing.T) {
 
 // Bad input is refused before anything is sent, naming what was given.
 func TestElectionBadInput(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	c := newClient(t, r, nil)
@@ -228,6 +234,7 @@ func TestElectionBadInput(t *testing.T) {
 // queue is gone), even with a context that never ends, and names the
 // network error; it never returns a term.
 func TestCampaignRedisDown(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	// Without go-redis's own retries each attempt fails at once: the
 	// candidate's liveness is what ends the campaign.
@@ -258,6 +265,7 @@ func TestCampaignRedisDown(t *testing.T) {
 // leader's term; a campaign started while Redis was down does the same
 // once it is back. Never a stale leader.
 func TestCampaignAcrossRestartWithoutPersistence(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 60*time.Second)
 	opts := []fence.LockOption{fence.WithLease(time.Second), fence.WithLiveness(3 * time.Second)}
@@ -306,6 +314,7 @@ func TestCampaignAcrossRestartWithoutPersistence(t *testing.T) {
 // (sharded pub/sub for the handover and the observers). The test binary's
 // shared cluster: no fault is injected.
 func TestElectionCluster(t *testing.T) {
+	t.Parallel()
 	cl := testenv.SharedRedisCluster(t)
 	ctx := ctxT(t, 60*time.Second)
 	prefix := uniquePrefix(t)
@@ -363,6 +372,7 @@ func nextEvent(t testing.TB, ctx context.Context, ch <-chan fence.LeaderEvent) f
 // would: the next candidate leads, and observers see the new term follow
 // the old one, nothing missed.
 func TestInspectAndForceReleaseTerm(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	c := newClient(t, r, nil)

@@ -117,6 +117,7 @@ func acquireAsync(ctx context.Context, c *fence.Client, name string, opts ...fen
 // call hands it over); and the lock goes round the queue in arrival
 // order across clients.
 func TestNoBarging(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newClient(t, r, nil)
@@ -165,6 +166,7 @@ func TestNoBarging(t *testing.T) {
 // the head, in the middle, or after a handover made it the holder but
 // before it read the message.
 func TestWaiterCrash(t *testing.T) {
+	t.Parallel()
 	const (
 		liveness = time.Second
 		lease    = 30 * time.Second
@@ -240,6 +242,7 @@ func TestWaiterCrash(t *testing.T) {
 // for a lease. Holders keep acquiring throughout, and when everyone is
 // gone the lock is free and the queue empty.
 func TestWaitersLeavingWhileGrantsRace(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 120*time.Second)
 	const (
@@ -307,6 +310,7 @@ func TestWaitersLeavingWhileGrantsRace(t *testing.T) {
 // the next waiter: it gets ErrNotHeld, and the new holder and the rest of
 // the queue are intact.
 func TestReleaseByExpiredHolderKeepsQueue(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	c := newClient(t, r, nil, fence.WithLiveness(time.Second))
@@ -348,6 +352,7 @@ type holding struct {
 // across the flush (the clock floor); and every waiter keeps acquiring, or
 // times out, within a heartbeat plus a lease.
 func TestFlushAllMidQueue(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 120*time.Second)
 	const (
@@ -423,6 +428,7 @@ func TestFlushAllMidQueue(t *testing.T) {
 // (or when its connection's resubscription makes it heartbeat), long
 // before the holder's lease.
 func TestGrantWithPubSubKilled(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 60*time.Second)
 	const liveness, lease = 3 * time.Second, 30 * time.Second
@@ -451,6 +457,7 @@ func TestGrantWithPubSubKilled(t *testing.T) {
 // next heartbeat, join again, and get the lock, with tokens above every
 // earlier one.
 func TestRestartWithoutDataMidQueue(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 60*time.Second)
 	const liveness = time.Second
@@ -481,6 +488,7 @@ func TestRestartWithoutDataMidQueue(t *testing.T) {
 // A queue whose waiters all died expires by itself, a liveness period or
 // two after the last heartbeat.
 func TestAbandonedQueueExpires(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 60*time.Second)
 	const liveness = 500 * time.Millisecond
@@ -504,6 +512,7 @@ func TestAbandonedQueueExpires(t *testing.T) {
 // release script, and the waiter learns of its handover at its next
 // heartbeat (within liveness/3), not at the lease's end.
 func TestHandoverWithoutPublish(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 60*time.Second)
 	require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", "nopub", "on", ">pw", "~*", "&*", "+@all", "-publish", "-spublish").Err())
@@ -532,6 +541,7 @@ func TestHandoverWithoutPublish(t *testing.T) {
 // handed with a renewal and WAIT on its own connection, so the replica
 // has it when Acquire returns.
 func TestHandoverReplicaSync(t *testing.T) {
+	t.Parallel()
 	primary := testenv.NewRedisServer(t, testenv.WithRedisArgs("--repl-diskless-sync-delay", "0"))
 	replica := testenv.NewRedisServer(t, testenv.WithRedisArgs("--replicaof", "127.0.0.1", portOf(primary.Addr)))
 	ctx := ctxT(t, 30*time.Second)
@@ -610,6 +620,7 @@ func (o oldScripts) releaseLock(ctx context.Context, rdb *redis.Client, key, val
 // waiter heartbeat and take the lock); old clients barge past the queue,
 // which only costs fairness.
 func TestRollingUpgradeWithOldScripts(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	old := loadOldScripts(t)
@@ -723,6 +734,7 @@ func TestRollingUpgradeWithOldScripts(t *testing.T) {
 // Every key of a name, the queue's too, is in the name's cluster slot,
 // and a handover on a cluster goes through sharded pub/sub.
 func TestClusterHandover(t *testing.T) {
+	t.Parallel()
 	cl := testenv.SharedRedisCluster(t)
 	ctx := ctxT(t, 30*time.Second)
 	prefix := uniquePrefix(t)

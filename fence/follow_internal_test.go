@@ -12,6 +12,7 @@ import (
 // over and the vacancy was not seen), anything else is marked Missed;
 // old or repeated records make nothing.
 func TestPositionNext(t *testing.T) {
+	t.Parallel()
 	term := func(tok, seq, prev int64, how byte, v string) observation {
 		return observation{kind: obsTerm, token: tok, seq: seq, prev: prev, how: how, holder: "h" + v, value: v}
 	}

@@ -17,6 +17,7 @@ import (
 // The footprint the package doc states: two keys while a lock is held,
 // the counter alone after, with its 30-day idle expiry, and their sizes.
 func TestFootprint(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil)

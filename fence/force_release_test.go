@@ -21,6 +21,7 @@ import (
 // LockInfo that is out of date (the lock was taken again since) deletes
 // nothing. On a single Redis (PUBLISH) and on a cluster (SPUBLISH).
 func TestForceRelease(t *testing.T) {
+	t.Parallel()
 	t.Run("redis", func(t *testing.T) {
 		r := testenv.NewRedis(t)
 		forceRelease(t, r, r.Client())

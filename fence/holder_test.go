@@ -22,6 +22,7 @@ import (
 // The same holder id gets its own lock back: the same *Lock within a
 // client, the same token, the lease restarted; one Release ends it.
 func TestReacquireBySameHolder(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	rec := newRecorder()
@@ -56,6 +57,7 @@ func TestReacquireBySameHolder(t *testing.T) {
 // retry with the same holder id gets the lock at once, with the token the
 // server handed out, instead of waiting a whole lease.
 func TestReacquireAfterLostReply(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	p, err := testenv.NewProxy(r.Addr)
 	require.NoError(t, err)
@@ -126,6 +128,7 @@ func holderProcess() {
 // of waiting out the dead process's lease. Another holder id still
 // waits.
 func TestReacquireFromAnotherProcess(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	child, token, _ := startHolderProcess(t, r, "host-a/worker-1")
@@ -169,6 +172,7 @@ func startHolderProcess(t *testing.T, r *testenv.Redis, holder string) (*exec.Cm
 // The default holder id names the process (host and pid) and differs per
 // acquisition; a caller's own id wins.
 func TestDefaultHolderNamesTheProcess(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil)

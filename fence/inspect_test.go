@@ -12,6 +12,7 @@ import (
 )
 
 func TestInspect(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil)
@@ -53,6 +54,7 @@ func TestInspect(t *testing.T) {
 }
 
 func TestRaiseCounter(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil)
@@ -84,6 +86,7 @@ func TestRaiseCounter(t *testing.T) {
 // The lock's value is '<token>:<holder>': a holder id containing ':' reads
 // back whole, and its release and renewal still match it exactly.
 func TestHolderWithColon(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestValidateName(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, want string
 	}{

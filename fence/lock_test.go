@@ -17,6 +17,7 @@ import (
 // A nil *Lock (what a failed Acquire returns) answers every method
 // without panicking.
 func TestNilLock(t *testing.T) {
+	t.Parallel()
 	var l *fence.Lock
 	ctx := context.Background()
 	assert.NotPanics(t, func() {
@@ -40,6 +41,7 @@ func TestNilLock(t *testing.T) {
 // A done ctx ends TryAcquire and Acquire with an error that matches both
 // ErrNotAcquired and the ctx's error, whether the lock is free or held.
 func TestDoneContextNotAcquired(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil)
@@ -77,6 +79,7 @@ func TestDoneContextNotAcquired(t *testing.T) {
 // the key is still on the server (here kept alive by hand while the
 // client's renewals cannot reach it).
 func TestReleaseAfterLocalLossReportsIt(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	p, err := testenv.NewProxy(r.Addr)
 	require.NoError(t, err)
@@ -128,6 +131,7 @@ func TestReleaseAfterLocalLossReportsIt(t *testing.T) {
 // ErrNotHeld and what Err says (released, lost, closed), never "invalid
 // option", and names the cause once.
 func TestRefreshEndedLock(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	for _, kind := range []struct {

@@ -21,6 +21,7 @@ import (
 // connection's error; once a redial works, nothing records it any more,
 // so a confirmation that is late cannot be reported as the old failure.
 func TestPubSubHealClearsConnectionError(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

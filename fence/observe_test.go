@@ -21,6 +21,7 @@ import (
 // vacancy between), proclaims and resignations with nobody waiting (a
 // vacancy), from the state before the first term.
 func TestObserveEveryTermInOrder(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 2*time.Minute)
 	const clients, perClient, rounds = 4, 25, 12
@@ -110,6 +111,7 @@ func TestObserveEveryTermInOrder(t *testing.T) {
 // from its message, not from a read at the term's expiry: with a term
 // lease of a minute, it arrives long before.
 func TestObserveResignation(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	e := newElection(t, r, "resign", fence.WithLease(time.Minute))
@@ -131,6 +133,7 @@ func TestObserveResignation(t *testing.T) {
 // the state (vacant: the term was lost with the data) marked as possibly
 // having missed terms; the next term follows without a mark.
 func TestObserveRedisRestartWithoutPersistence(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 60*time.Second)
 	e := newElection(t, r, "restart", fence.WithLease(time.Second))
@@ -160,6 +163,7 @@ func TestObserveRedisRestartWithoutPersistence(t *testing.T) {
 // A consumer that stops reading holds up no other observer; once more
 // than a thousand events wait for it, it gets the newest, marked Missed.
 func TestObserveSlowConsumer(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	e := newElection(t, r, "slow")
@@ -195,6 +199,7 @@ func TestObserveSlowConsumer(t *testing.T) {
 // Observe's channel closes when its context ends, and when the client
 // closes; Observe on a closed client fails.
 func TestObserveCloses(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	c := newClient(t, r, nil)
@@ -238,6 +243,7 @@ func drained(t *testing.T, ctx context.Context, ch <-chan fence.LeaderEvent) {
 // its read when the term would have expired, and the record tells it was
 // a resignation.
 func TestObserveWithoutPubSub(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 60*time.Second)
 	admin := r.Client()

@@ -29,6 +29,7 @@ func (o lossOnly) OnLoss(ctx context.Context, e fence.LossEvent) {
 }
 
 func TestObserverEvents(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	rec := newRecorder()
@@ -80,6 +81,7 @@ func TestObserverEvents(t *testing.T) {
 // WithLogger writes one line per loss that says why, with durations as
 // durations.
 func TestLoggerSaysWhyLost(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	var logs syncBuffer
@@ -120,6 +122,7 @@ func (o releaseOnly) OnRelease(_ context.Context, e fence.ReleaseEvent) { o.got 
 // A release event says how long the release call took (a span covers it),
 // by Lock.Release and by Client.Close alike.
 func TestReleaseEventDuration(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	rel := releaseOnly{got: make(chan fence.ReleaseEvent, 2)}

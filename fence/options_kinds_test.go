@@ -23,7 +23,7 @@ import (
 // type-checking go-redis from source under the race detector.
 func typeCheck(t *testing.T, src string) []string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-export", "-deps", "-f", "{{.ImportPath}}={{.Export}}",
+	out, err := exec.Command("go", "list", "-race", "-export", "-deps", "-f", "{{.ImportPath}}={{.Export}}",
 		"context", "log/slog", "time", "github.com/fencelock/fencelock/fence").Output()
 	require.NoError(t, err, "go list -export")
 	exports := map[string]string{}
@@ -53,6 +53,7 @@ func typeCheck(t *testing.T, src string) []string {
 // a compile error, not a run-time one; options valid at both levels are
 // accepted at both.
 func TestOptionKindsCheckedAtCompileTime(t *testing.T) {
+	t.Parallel()
 	errs := typeCheck(t, `package p
 
 import (

@@ -15,6 +15,7 @@ import (
 )
 
 func TestNewRejectsBadOptions(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	for _, tc := range []struct {
 		name string
@@ -89,6 +90,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 }
 
 func TestAcquireRejectsBadInput(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 10*time.Second)
 	c := newClient(t, r, nil)

@@ -38,6 +38,7 @@ func (s splitPubSub) SSubscribe(ctx context.Context, channels ...string) *redis.
 // subscription matter, with the error, and not as Redis being
 // unreachable; the waiters get their locks by their heartbeats.
 func TestPubSubFaultIsNotAnOutage(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	p, err := testenv.NewProxy(r.Addr)

@@ -16,6 +16,7 @@ import (
 // the lock, even a free one with nobody queued: that lock would be held
 // for a lease by no one. Its first call ('w') does take a free lock.
 func TestStaleHeartbeatTakesNothing(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -56,6 +56,7 @@ func flushScripts(t *testing.T, cc *redis.ClusterClient) {
 // script-cache losses (EVAL reloads the script): no renewal depends on
 // SCRIPT LOAD, so no lock is lost to NOSCRIPT.
 func TestClusterUserWithoutScript(t *testing.T) {
+	t.Parallel()
 	cl := testenv.SharedRedisCluster(t)
 	admin := cl.Client()
 	ctx := ctxT(t, 30*time.Second)
@@ -94,6 +95,7 @@ func TestClusterUserWithoutScript(t *testing.T) {
 // naming the user and, on a cluster, +spublish and every node: Release
 // does not report the refused notification as a failed release.
 func TestClusterUserWithoutPublish(t *testing.T) {
+	t.Parallel()
 	cl := testenv.SharedRedisCluster(t)
 	admin := cl.Client()
 	ctx := ctxT(t, 30*time.Second)
@@ -139,6 +141,7 @@ func TestClusterUserWithoutPublish(t *testing.T) {
 // COMMAND table and, refused, asks again on every call (up to three
 // refused round trips and a log line each time).
 func TestClusterUserWithoutCommand(t *testing.T) {
+	t.Parallel()
 	cl := testenv.SharedRedisCluster(t)
 	admin := cl.Client()
 	ctx := ctxT(t, 30*time.Second)
@@ -194,6 +197,7 @@ func refusedCommands(t *testing.T, cc *redis.ClusterClient, user string) int64 {
 // TestClusterStalledReplicasCostNothing), and names the fix; a client
 // that reads from masters is not warned about.
 func TestClusterReadOnlyClientWarned(t *testing.T) {
+	t.Parallel()
 	cl := testenv.SharedRedisCluster(t)
 	const warning = "fence: the cluster client reads from replicas"
 	for _, tc := range []struct {
@@ -225,6 +229,7 @@ func TestClusterReadOnlyClientWarned(t *testing.T) {
 // maxmemory-policy may evict lock keys, naming it; Inspect reports the
 // policy of the lock's node.
 func TestClusterEvictionPolicyWarning(t *testing.T) {
+	t.Parallel()
 	cl := testenv.SharedRedisCluster(t)
 	admin := cl.Client()
 	ctx := ctxT(t, 30*time.Second)
@@ -259,6 +264,7 @@ func TestClusterEvictionPolicyWarning(t *testing.T) {
 // with a greater token (the clock floor), and the holder's context is
 // cancelled at its next renewal. This is the cost the warning is about.
 func TestEvictedLockIsLostAtNextRenewal(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"))
 	ctx := ctxT(t, 30*time.Second)
 	var logs syncBuffer
@@ -347,6 +353,7 @@ func TestEvictionWarningWithoutLogger(t *testing.T) {
 // escaped; after both, releases are published and nothing is warned. A
 // user that may not run ACL WHOAMI gets a placeholder and how to find it.
 func TestPublishRefusedFix(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	admin := r.Client()

@@ -15,6 +15,7 @@ import (
 // default limit applies only when ctx has no deadline. The default is
 // shortened here to a stand-in of 300 ms (DefaultWaitLimit is a minute).
 func TestWaitLimitAgainstDeadline(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c, err := New(r.Client(), WithPrefix(r.Prefix+"fence:"))
 	require.NoError(t, err)

@@ -21,6 +21,7 @@ import (
 // redialled and resubscribed, and the release message still wakes the
 // waiter long before the holder's minute-long lease would.
 func TestWaiterSurvivesPubSubReconnect(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newClient(t, r, nil)
@@ -74,6 +75,7 @@ func (h *evalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // release would make 8+7+...+1 = 36 attempts for the first round alone),
 // and the queue's order shares the lock out fairly.
 func TestWaiterWakesOneWaiterPerRelease(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	holder := newClient(t, r, nil)
@@ -141,6 +143,7 @@ func TestWaiterWakesOneWaiterPerRelease(t *testing.T) {
 // gets the lock promptly when the holder releases, long before the
 // holder's lease would have run out.
 func TestWaiterLeavingPassesWakeOn(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newClient(t, r, nil)
@@ -179,6 +182,7 @@ func TestWaiterLeavingPassesWakeOn(t *testing.T) {
 // A waiter queued behind another client's own lock is woken when that lock
 // is lost rather than released (no release message is published).
 func TestWaiterWokenWhenLocalLockLost(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	c := newClient(t, r, nil)
@@ -256,6 +260,7 @@ func subscribeCalls(t *testing.T, r *testenv.Redis) int64 {
 // a name contended again soon costs no new SUBSCRIBE; once idle past the
 // linger it is unsubscribed (here when another waiter leaves).
 func TestWaiterSubscriptionLingers(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	holder := newClient(t, r, nil)

@@ -24,6 +24,7 @@ import (
 const schedSlack = 750 * time.Millisecond
 
 func TestWatchdogKeepsLockAlive(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	rec := newRecorder()
@@ -56,6 +57,7 @@ func TestWatchdogKeepsLockAlive(t *testing.T) {
 // on its way out then, so one renewal after Release is allowed: a
 // watchdog that kept renewing would send one every lease/3.
 func TestNoRenewalAfterRelease(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	var renewCalls atomic.Int64
@@ -139,6 +141,7 @@ func isRenew(cmd redis.Cmder) bool {
 }
 
 func TestRenewalsArePipelined(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	var pipelines, renewsInPipelines, single atomic.Int64
@@ -297,11 +300,13 @@ func (w *logWatch) waitFor(t testing.TB, s string) string {
 }
 
 func TestLossSignalledOnPause(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	lossTest(t, nil, r, r.Pause, r.Resume)
 }
 
 func TestLossSignalledOnBlackhole(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	p, err := testenv.NewProxy(r.Addr)
 	require.NoError(t, err)
@@ -312,6 +317,7 @@ func TestLossSignalledOnBlackhole(t *testing.T) {
 }
 
 func TestLossSignalledOnBlackholeDefaultTimeouts(t *testing.T) {
+	t.Parallel()
 	// Without ContextTimeoutEnabled the renewal round hangs until the read
 	// timeout (3 s); the loss must be signalled on time all the same.
 	r := testenv.NewRedisServer(t)
@@ -324,6 +330,7 @@ func TestLossSignalledOnBlackholeDefaultTimeouts(t *testing.T) {
 }
 
 func TestLossImmediateOnFlush(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 20*time.Second)
 	const lease = 3 * time.Second
@@ -345,6 +352,7 @@ func TestLossImmediateOnFlush(t *testing.T) {
 }
 
 func TestLossImmediateOnOtherHolder(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	const lease = 3 * time.Second
@@ -366,6 +374,7 @@ func TestLossImmediateOnOtherHolder(t *testing.T) {
 }
 
 func TestLossOnRestartWithoutData(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	c := newClient(t, r, nil, fence.WithLease(time.Second))
@@ -387,6 +396,7 @@ func TestLossOnRestartWithoutData(t *testing.T) {
 }
 
 func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	p, err := testenv.NewProxy(r.Addr)
 	require.NoError(t, err)
@@ -423,6 +433,7 @@ func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
 }
 
 func TestMaxHold(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	rec := newRecorder()
@@ -450,6 +461,7 @@ func TestMaxHold(t *testing.T) {
 }
 
 func TestFixedLeaseAndRefresh(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 20*time.Second)
 	c := newClient(t, r, nil)
@@ -488,6 +500,7 @@ func TestFixedLeaseAndRefresh(t *testing.T) {
 }
 
 func TestGoroutinesIndependentOfLockCount(t *testing.T) {
+	// Not parallel: it reads the process's goroutine count and heap.
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 60*time.Second)
 	rec := &renewCounter{}

@@ -43,6 +43,7 @@ func migrationFiles(t *testing.T) []string {
 // lists them; down says what it drops and drops it only with --force and a
 // yes.
 func TestMigrateUpDownStatus(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	db := testenv.NewDB(t)
 	files := migrationFiles(t)
@@ -117,6 +118,7 @@ INSERT INTO fencelock.runs (resource, run_key, token, cursor, finished, finished
 // locks inspect shows the holder; release --force shows it, asks, and
 // releases only on yes; the holder's lock is then lost and a waiter gets it.
 func TestLocksInspectAndRelease(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedis(t)
 	holder := newLocks(t, r, fence.WithLease(600*time.Millisecond))
@@ -178,6 +180,7 @@ func TestLocksInspectAndRelease(t *testing.T) {
 // token, new holders are rejected; tokens show says "behind", doctor fails
 // naming the repair, tokens repair fixes it.
 func TestTokensShowAndRepair(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedis(t)
 	db := migratedDB(t)
@@ -226,6 +229,7 @@ func TestTokensShowAndRepair(t *testing.T) {
 }
 
 func TestRunsAndKeys(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	db := migratedDB(t)
 	_, err := db.Pool.Exec(ctx, `
@@ -283,6 +287,7 @@ INSERT INTO fencelock.applied (resource, key, token, applied_at) VALUES
 // to PUBLIC; an operator may revoke it): fencectl says which grant is
 // missing.
 func TestTablesNeedGrant(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	db := migratedDB(t)
 	role := "app_" + strings.ReplaceAll(db.Name, "-", "_")
@@ -312,6 +317,7 @@ func TestTablesNeedGrant(t *testing.T) {
 // migrate down refuses while a table is protected, naming it; --unprotect
 // drops the trigger too.
 func TestMigrateDownProtected(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	db := migratedDB(t)
 	_, err := db.Pool.Exec(ctx, `CREATE TABLE stock (sku text PRIMARY KEY, qty int)`)

@@ -48,6 +48,7 @@ func sqlExec(t *testing.T, db *testenv.DB, sql string, args ...any) {
 // due for less than --outbox-stuck). Each is one warning whose fix names the --db given,
 // masked; the fixes work: requeue clears the dead rows, a relay the rest.
 func TestDoctorOutbox(t *testing.T) {
+	t.Parallel()
 	db := migratedDB(t)
 	n := addEffects(t, db, "stock:eu", 7, `[
 		{"d": "https://shop.example/stock", "k": "stuck-1"}, {"d": "https://shop.example/stock", "k": "stuck-2"},
@@ -129,6 +130,7 @@ func TestDoctorOutbox(t *testing.T) {
 // without the schema's USAGE is warned; pasted as printed (as the owner, in
 // the database named), the checks run.
 func TestDoctorOutboxNeedsSelect(t *testing.T) {
+	t.Parallel()
 	db := migratedDB(t)
 	addEffects(t, db, "stock:eu", 7, `[{"d": "https://shop.example/stock", "k": "a"}]`)
 	for _, tc := range []struct {
@@ -174,6 +176,7 @@ func TestDoctorOutboxNeedsSelect(t *testing.T) {
 // says what it read: what a limit cut short as "at least", the dead rows
 // exactly. outbox list's counts and its dead rows read as few rows.
 func TestDoctorOutboxMillion(t *testing.T) {
+	t.Parallel()
 	db := migratedDB(t)
 	outboxtest.LoadBacklog(t, db.Pool, 1_000_000)
 

@@ -136,6 +136,7 @@ func doctorLiterals(r *testenv.Redis, db *testenv.DB) map[string]string {
 }
 
 func TestDoctorHealthy(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	db := migratedDB(t)
 	guardedResource(t, r, db, "stock-sync:eu")
@@ -177,6 +178,7 @@ func TestDoctorHealthy(t *testing.T) {
 // and the clock, passwords in both URLs, a missing migration. One failing
 // verdict each, exit 1, no password anywhere.
 func TestDoctorMisconfigured(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--maxmemory-policy", "allkeys-lru"))
 	db := migratedDB(t)
@@ -205,6 +207,7 @@ func TestDoctorMisconfigured(t *testing.T) {
 }
 
 func TestDoctorNotInstalled(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	db := testenv.NewDB(t)
 	code, out, errOut := fencectlProc(t, nil, "doctor", "--redis", r.Addr, "--db", db.URL, "--prefix", r.Prefix)
@@ -214,6 +217,7 @@ func TestDoctorNotInstalled(t *testing.T) {
 }
 
 func TestDoctorUnreachable(t *testing.T) {
+	t.Parallel()
 	code, out, errOut := fencectlProc(t, nil, "doctor",
 		"--redis", "redis://ops:"+redisSecret+"@127.0.0.1:1",
 		"--db", "postgres://postgres:"+pgSecret+"@127.0.0.1:1/app?sslmode=disable", "--timeout", "5s")
@@ -228,6 +232,7 @@ func TestDoctorUnreachable(t *testing.T) {
 // A user without EVALSHA, as an application's restricted user: ACL DRYRUN is
 // refused to it (not an admin), so doctor tries the commands themselves.
 func TestDoctorACLProbe(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedisServer(t)
 	require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", "app", "on", ">"+redisSecret, "~*", "&*", "+@all", "-@admin", "-evalsha").Err())
@@ -244,6 +249,7 @@ func TestDoctorACLProbe(t *testing.T) {
 // user without EVAL fails; one without PUBLISH and SUBSCRIBE only slows
 // waiters down, a warning.
 func TestDoctorACLDryRun(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedisServer(t)
 	require.NoError(t, r.Client().Do(ctx, "ACL", "SETUSER", "app", "on", ">"+redisSecret, "~fence:*", "&fence:*", "+@all", "-eval", "-publish").Err())
@@ -271,6 +277,7 @@ func TestDoctorACLDryRun(t *testing.T) {
 // Doctor pointed at a replica fails; on the master it sees the replica and
 // WAIT; a volatile policy without maxmemory warns; AOF is ok.
 func TestDoctorReplication(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	master := testenv.NewRedisServer(t, testenv.WithAOF(), testenv.WithRedisArgs("--maxmemory-policy", "volatile-lru"))
 	host, port, _ := strings.Cut(master.Addr, ":")
@@ -311,6 +318,7 @@ func nameOn(t *testing.T, c *testenv.Cluster, master *testenv.ClusterNode, prefi
 // On a two-master cluster (one replica each) fencectl follows MOVED (a name
 // on the other master), repairs there, and doctor checks every master.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	c := testenv.NewRedisCluster(t, testenv.WithMasters(2), testenv.WithReplicas(1))
 	nodes := c.Nodes // the two masters first, then their replicas
@@ -347,6 +355,7 @@ func TestCluster(t *testing.T) {
 
 // A cluster with slots nobody serves fails the cluster check.
 func TestDoctorClusterState(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--cluster-enabled", "yes"))
 	require.NoError(t, r.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 8191).Err())
@@ -359,6 +368,7 @@ func TestDoctorClusterState(t *testing.T) {
 // A master that is down: one failing line for it (not one per check), the
 // cluster state fails on the live one, and doctor neither hangs nor skips.
 func TestDoctorClusterMasterDown(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	c := testenv.NewRedisCluster(t, testenv.WithMasters(2), testenv.WithReplicas(0))
 	live, dead := c.Nodes[0], c.Nodes[1]
@@ -379,6 +389,7 @@ func TestDoctorClusterMasterDown(t *testing.T) {
 // goose CLI without -table) is a warning naming the fix; migrate up records
 // it, and doctor is then clean.
 func TestDoctorUnrecordedSchema(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedisServer(t)
 	db := migratedDB(t)
@@ -402,6 +413,7 @@ func TestDoctorUnrecordedSchema(t *testing.T) {
 // sessions on one server process) and fails while the address leaves pgx's
 // exec mode at cache_statement; with default_query_exec_mode=exec it is ok.
 func TestDoctorTransactionPooler(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	db := testenv.NewDBViaPgBouncer(t)
 	code, _, errOut := fencectl(t, "migrate", "up", "--db", db.DirectURL)
@@ -433,6 +445,7 @@ func TestDoctorTransactionPooler(t *testing.T) {
 // A Sentinel's address leads to the master it monitors: locks are read and
 // doctor checks that master.
 func TestSentinel(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	s := testenv.NewSentinel(t)
 	master, err := s.Master(ctx)
@@ -462,6 +475,7 @@ func TestSentinel(t *testing.T) {
 // the outbox's rows) is left to an operator, with the grant, not failed
 // or warned; as the owner, every check runs.
 func TestDoctorAsApplicationRole(t *testing.T) {
+	t.Parallel()
 	db := migratedDB(t)
 	ctx := ctxT(t)
 	role, u := plainRole(t, db, "docapp")

@@ -17,6 +17,7 @@ import (
 // vacant, with its leader (or last term), value, lease left and
 // candidates; plain locks are not elections.
 func TestLeadersList(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedis(t)
 	locks := newLocks(t, r)

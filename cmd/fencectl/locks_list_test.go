@@ -18,6 +18,7 @@ import (
 // counters, not other prefixes' keys), with holder, token and remaining
 // lease, filtered by a glob over names.
 func TestLocksList(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedis(t)
 	locks := newLocks(t, r, fence.WithLease(time.Minute))
@@ -76,6 +77,7 @@ func TestLocksList(t *testing.T) {
 
 // A prefix with glob characters matches only itself.
 func TestLocksListPrefixIsLiteral(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedisServer(t)
 	lit, err := fence.New(r.Client(), fence.WithPrefix("jobs[eu]:"))
@@ -101,6 +103,7 @@ func TestLocksListPrefixIsLiteral(t *testing.T) {
 
 // On a cluster, list scans every master and says which one holds each lock.
 func TestLocksListCluster(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	c := testenv.NewRedisCluster(t, testenv.WithMasters(2), testenv.WithReplicas(0))
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{c.Nodes[0].Addr}})

@@ -88,6 +88,7 @@ func deadAddr(t *testing.T) string {
 // The README's ACL line is enough for every fencectl command but locks
 // list (SCAN, an operator's command), which says what to add.
 func TestREADMEACLUser(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedisServer(t)
 	line, _ := docsACLLine(t, redisSecret)
@@ -124,6 +125,7 @@ func TestREADMEACLUser(t *testing.T) {
 
 // Network, credentials and permissions are three causes with three fixes.
 func TestRedisFailuresToldApart(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedisServer(t)
 	line, _ := docsACLLine(t, redisSecret)
@@ -227,6 +229,7 @@ const aclLineCommands = "+evalsha +eval +get +exists +set +pexpire +pttl +del +t
 // GETUSER is allowed, the user's own patterns; its fix is the patterns only,
 // unless a command is missing too. Each fix, applied, makes the check pass.
 func TestDoctorACLRefusalsToldApart(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	const (
 		tried    = "tried, since ACL DRYRUN is not allowed to this user; writes inside scripts not tried: --acl-user from an admin address checks them"
@@ -328,6 +331,7 @@ func TestDoctorACLRefusalsToldApart(t *testing.T) {
 // fails with it, tokens show and doctor's tokens check carry it per
 // resource.
 func TestACLKeyRefusalFixes(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	r := testenv.NewRedisServer(t)
 	db := migratedDB(t)
@@ -363,6 +367,7 @@ func TestACLKeyRefusalFixes(t *testing.T) {
 
 // Doctor tells the causes apart too, as its redis check's evidence and fix.
 func TestDoctorRedisWrongPassword(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	line, _ := docsACLLine(t, redisSecret)
 	u := aclUser(t, r, line...)
@@ -379,6 +384,7 @@ func TestDoctorRedisWrongPassword(t *testing.T) {
 // A password that is also the start of a word in the server's reply
 // (WRONG, WRONGPASS) is masked in the address only.
 func TestMaskOnlyTheAddress(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	line, _ := docsACLLine(t, redisSecret)
 	u := aclUser(t, r, line...)
@@ -398,6 +404,7 @@ func TestMaskOnlyTheAddress(t *testing.T) {
 }
 
 func TestPostgresFailuresToldApart(t *testing.T) {
+	t.Parallel()
 	db := migratedDB(t)
 	user, u := db.NewPasswordUser(t, pgSecret)
 	wrong := strings.Replace(u, pgSecret, "not-"+pgSecret, 1)
@@ -440,6 +447,7 @@ func TestPostgresFailuresToldApart(t *testing.T) {
 // (which points elsewhere), and pasted as printed it installs the schema
 // there.
 func TestSchemaFixNamesTheAddressGiven(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	other := migratedDB(t)
 	bare := testenv.NewDB(t)
@@ -486,6 +494,7 @@ func newLocksPrefix(t *testing.T, r *testenv.Redis, prefix string) *fence.Client
 // node, is enough for fencectl too: inspect follows the slot map (CLUSTER
 // SLOTS) and doctor finds nothing missing on any master.
 func TestREADMEACLUserCluster(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	c := testenv.NewRedisCluster(t, testenv.WithMasters(2), testenv.WithReplicas(0))
 	line, extra := docsACLLine(t, redisSecret)
@@ -595,6 +604,7 @@ func paste(t *testing.T, db *testenv.DB, f sqlFix, passwords map[string]string) 
 // needed (reading, pruning, creating the schema), and pasted as printed it
 // does: the command then succeeds as the same role.
 func TestPostgresPermissionFixesWork(t *testing.T) {
+	t.Parallel()
 	db := migratedDB(t)
 	const app = "GRANT USAGE ON SCHEMA fencelock TO %[1]s; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA fencelock TO %[1]s"
 	const reads = app + "; GRANT SELECT ON ALL TABLES IN SCHEMA fencelock TO %[1]s; GRANT SELECT ON fencelock_db_version TO %[1]s"
@@ -654,6 +664,7 @@ func TestPostgresPermissionFixesWork(t *testing.T) {
 // migrate up works. migrate down as a role that is not the schema's owner
 // names the owner to run it as, and no grant.
 func TestMigratePermissionFixesWork(t *testing.T) {
+	t.Parallel()
 	db := testenv.NewDB(t)
 	role, u := plainRole(t, db, "mig")
 	pw := map[string]string{role: pgSecret}
@@ -722,6 +733,7 @@ func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string) {
 // TLS handshake, and a certificate this host does not trust is a
 // certificate problem. Each fix, applied, makes the command work.
 func TestRedisTLSMismatch(t *testing.T) {
+	t.Parallel()
 	cert, key := selfSignedCert(t, t.TempDir())
 	tlsAddr := deadAddr(t)
 	_, tlsPort, err := net.SplitHostPort(tlsAddr)

@@ -19,6 +19,7 @@ import (
 // outbox: none reached the limit), --dead the dead ones with their reason; requeue makes the given (or all) dead rows due
 // again, attempts reset.
 func TestOutboxListRequeue(t *testing.T) {
+	t.Parallel()
 	// A receiver's answer, as HTTPSender records it: longer than a column,
 	// and its cause at its end.
 	const lastError = `POST https://shop.example/stock: 422 Unprocessable Entity: {"error": "unprocessable", "detail": "unknown sku"}`
@@ -94,6 +95,7 @@ func TestOutboxListRequeue(t *testing.T) {
 // before the outbox itself: the fix is migrate up, and pasted as printed
 // it works.
 func TestOutboxNeedsMigration(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t)
 	for _, version := range []int64{4, 2} {
 		t.Run(fmt.Sprint("version ", version), func(t *testing.T) {
