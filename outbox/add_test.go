@@ -294,11 +294,20 @@ func TestNotify(t *testing.T) {
 	db := newDB(t)
 	ctx := ctxT(t)
 	rc := newReceiver(t, nil)
-	// The relay's first claim delivers this one; after it the relay waits
-	// for its next poll, an hour away.
+	// The relay's first claim delivers this one. Its LISTEN connection,
+	// once listening, wakes it for one more claim (what was committed
+	// while no one listened), which may come before or after the first
+	// delivery: only after that second claim does the relay wait for its
+	// next poll, an hour away, or a NOTIFY.
 	require.NoError(t, raw(ctx, db.Pool, "r", 1, "h", effect(rc, "first")))
-	startRelay(t, db.Pool, httpSender(t), outbox.WithListen(), outbox.WithPollInterval(time.Hour))
+	rec := &recorder{}
+	startRelay(t, db.Pool, httpSender(t), outbox.WithListen(), outbox.WithPollInterval(time.Hour), outbox.WithObserver(rec))
 	eventually(t, func() bool { return rc.keys()["first"] == 1 }, "the relay's first claim")
+	eventually(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.claims) >= 2
+	}, "the claim after LISTEN")
 	require.NoError(t, raw(ctx, db.Pool, "r", 1, "h", effect(rc, "raw")))
 	time.Sleep(200 * time.Millisecond)
 	assert.Zero(t, rc.keys()["raw"], "nothing woke the relay")
