@@ -178,6 +178,7 @@ func TestDoctorOutboxNeedsSelect(t *testing.T) {
 func TestDoctorOutboxMillion(t *testing.T) {
 	t.Parallel()
 	db := migratedDB(t)
+	loaded := time.Now() // the rows' ages are counted from the load's transaction, begun after this
 	outboxtest.LoadBacklog(t, db.Pool, 1_000_000)
 
 	var s outboxScan
@@ -205,12 +206,32 @@ func TestDoctorOutboxMillion(t *testing.T) {
 	code, out, errOut := fencectlProc(t, nil, "doctor", "--db", db.URL)
 	t.Logf("doctor took %v", time.Since(start).Round(time.Millisecond))
 	assert.Equal(t, exitOK, code, out+errOut)
-	assert.Regexp(t, `warn\s+outbox.backlog\s+at least 11000 effects due for more than 1m0s \(the oldest for 2h0m0s; 1000 of them the next of an ordered resource\)`, out)
-	assert.Regexp(t, `warn\s+outbox.dead\s+1000 dead rows \(refused for good, out of attempts, or recorded by a transaction whose fence check did not run, the oldest dead for 1h0m0s\)`, out)
+	// The ages grew while the rows were loaded and read (a minute or more
+	// on a loaded machine); doctor rounds them to the minute.
+	since := time.Since(loaded)
+	assertAge(t, out, `warn\s+outbox.backlog\s+at least 11000 effects due for more than 1m0s \(the oldest for (\S+); 1000 of them the next of an ordered resource\)`,
+		outboxtest.BacklogDue, since)
+	assertAge(t, out, `warn\s+outbox.dead\s+1000 dead rows \(refused for good, out of attempts, or recorded by a transaction whose fence check did not run, the oldest dead for (\S+)\)`,
+		outboxtest.BacklogDead, since)
 	assert.Regexp(t, `ok\s+outbox.claims\s+no claim past its visibility timeout among the 10000 oldest due rows`, out)
 
 	code, out, errOut = fencectl(t, "outbox", "list", "--dead", "--db", db.URL)
 	require.Equal(t, exitOK, code, errOut)
 	assert.Equal(t, "at least 10000 due, at least 0 waiting, at least 0 claimed, 1000 dead (each state counted up to 10000 rows)", strings.SplitN(out, "\n", 2)[0])
 	assert.Equal(t, 1+1+100, strings.Count(out, "\n"), "the counts, the table's header, 100 dead rows:\n%s", out)
+}
+
+// assertAge checks that out matches pattern, whose one group is an age
+// doctor printed, rounded to the minute: at least want, at most want plus
+// grown, the time that passed since the rows got their ages.
+func assertAge(t *testing.T, out, pattern string, want, grown time.Duration) {
+	t.Helper()
+	m := regexp.MustCompile(pattern).FindStringSubmatch(out)
+	if !assert.NotNil(t, m, "no line matches %s in:\n%s", pattern, out) {
+		return
+	}
+	got, err := time.ParseDuration(m[1])
+	require.NoError(t, err, "the age in %q", m[0])
+	assert.GreaterOrEqual(t, got, want.Round(time.Minute), m[0])
+	assert.LessOrEqual(t, got, (want + grown).Round(time.Minute), "%s (%v passed since the rows were written)", m[0], grown)
 }
