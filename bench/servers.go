@@ -36,7 +36,7 @@ func (e *env) startServers(ctx context.Context, pinned bool, pl *placement) erro
 	if info, err := e.ping.Info(ctx, "server").Result(); err == nil {
 		pl.RedisVersion = infoField(info, "redis_version")
 	}
-	if e.cfg.Etcd && (e.cfg.wants("handoff2") || e.cfg.wants("fair")) {
+	if e.cfg.Etcd && (e.cfg.wants("handoff2") || e.cfg.wants("fair") || e.cfg.wants("election")) {
 		if err := e.startEtcd(ctx, pinned, pl); err != nil {
 			return err
 		}
