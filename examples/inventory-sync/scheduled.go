@@ -31,8 +31,8 @@ var defaultSched = schedSettings{period: time.Second, ticks: 10, lease: time.Sec
 type schedInstance struct {
 	name     string
 	offset   time.Duration
-	freezeAt int // its run that it is SIGSTOPped in, mid-run
-	dieAt    int // its run that it is SIGKILLed in, mid-run
+	freezeAt int // it is SIGSTOPped mid-run in the first tick from this one on that it runs
+	dieAt    int // it is SIGKILLed mid-run in the first tick from this one on that it runs
 }
 
 // The clock most ahead fires first and runs the ticks (the fair queue
@@ -93,8 +93,8 @@ func runScheduled(ctx context.Context, s demoSettings, e *env, ss schedSettings,
 	for _, in := range schedInstances {
 		args := []string{"-name", in.name, "-job", job, "-period", ss.period.String(), "-offset", in.offset.String(),
 			"-lease", ss.lease.String(), "-from", from.Format(time.RFC3339Nano), "-ticks", fmt.Sprint(ss.ticks),
-			"-chunks", fmt.Sprint(ss.chunks), fmt.Sprintf("-guard=%v", guardOn), "-freeze-at-run", fmt.Sprint(in.freezeAt),
-			"-die-at-run", fmt.Sprint(in.dieAt), "-redis", e.redisURL, "-db", e.dbURL}
+			"-chunks", fmt.Sprint(ss.chunks), fmt.Sprintf("-guard=%v", guardOn), "-freeze-from-tick", fmt.Sprint(in.freezeAt),
+			"-die-from-tick", fmt.Sprint(in.dieAt), "-redis", e.redisURL, "-db", e.dbURL}
 		p, err := startProc(ctx, s.exe, in.name, args, schedulerEnv, ev)
 		if err != nil {
 			return res, err

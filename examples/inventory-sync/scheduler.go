@@ -49,9 +49,12 @@ type schedConfig struct {
 	From                       time.Time // the first tick
 	Ticks, Chunks              int
 	Guard                      bool
-	// FreezeAt and DieAt: at chunk 1 of the FreezeAt-th (DieAt-th) tick
-	// this instance runs (from 1), it stops itself with SIGSTOP (kills
-	// itself with SIGKILL), holding the job's lock mid-run. 0: never.
+	// FreezeAt and DieAt: in the first run of a tick numbered FreezeAt
+	// (DieAt) or later (from 1) that this instance starts from the tick's
+	// beginning (not resuming another's), at chunk 1, it stops itself with SIGSTOP (kills
+	// itself with SIGKILL), holding the job's lock mid-run. 0: never. By
+	// tick, not by how many runs it started: which instance wins a tick
+	// depends on the machine's load, and the fault must happen anyway.
 	FreezeAt, DieAt int
 }
 
@@ -69,8 +72,8 @@ func schedulerMain(args []string) int {
 	fs.IntVar(&c.Ticks, "ticks", 10, "how many ticks to fire")
 	fs.IntVar(&c.Chunks, "chunks", 4, "chunks per tick's sync")
 	fs.BoolVar(&c.Guard, "guard", true, "run each tick through tick.Runner (off: the lock alone, as distributed lockers do)")
-	fs.IntVar(&c.FreezeAt, "freeze-at-run", 0, "SIGSTOP itself mid-run in the n-th tick it runs (demo fault)")
-	fs.IntVar(&c.DieAt, "die-at-run", 0, "SIGKILL itself mid-run in the n-th tick it runs (demo fault)")
+	fs.IntVar(&c.FreezeAt, "freeze-from-tick", 0, "SIGSTOP itself mid-run in the first tick from the n-th on that it runs (demo fault)")
+	fs.IntVar(&c.DieAt, "die-from-tick", 0, "SIGKILL itself mid-run in the first tick from the n-th on that it runs (demo fault)")
 	fs.StringVar(&c.RedisURL, "redis", os.Getenv("REDIS_URL"), "Redis URL (default $REDIS_URL)")
 	fs.StringVar(&c.DBURL, "db", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
 	if err := fs.Parse(args); err != nil {
@@ -95,14 +98,14 @@ func schedulerMain(args []string) int {
 
 // scheduler is one instance: its clients, its job and its output.
 type scheduler struct {
-	c      schedConfig
-	rdb    *redis.Client
-	pool   *pgxpool.Pool
-	locks  *fence.Client
-	runner *tick.Runner[*pgfence.Run, pgx.Tx]
-	mu     sync.Mutex // out and runs
-	out    *json.Encoder
-	runs   int // ticks this instance started to run
+	c       schedConfig
+	rdb     *redis.Client
+	pool    *pgxpool.Pool
+	locks   *fence.Client
+	runner  *tick.Runner[*pgfence.Run, pgx.Tx]
+	mu      sync.Mutex // out and faulted
+	out     *json.Encoder
+	faulted bool // its fault happened (it is injected once)
 }
 
 func newScheduler(ctx context.Context, c schedConfig) (*scheduler, error) {
@@ -174,9 +177,10 @@ func (s *scheduler) fire(ctx context.Context, every tick.Every, at time.Time) {
 			}
 			from = n + 1
 		}
-		run := s.started()
 		for chunk := from; chunk < s.c.Chunks; chunk++ {
-			s.fault(run, chunk, t.Key, t.Lock.Token())
+			if from == 0 {
+				s.fault(t.At, chunk, t.Key, t.Lock.Token())
+			}
 			err := t.Run.Step(ctx, strconv.Itoa(chunk), func(ctx context.Context, tx pgx.Tx) error {
 				return s.writeChunk(ctx, tx, t.At, chunk, t.Lock.Token())
 			})
@@ -210,9 +214,8 @@ func (s *scheduler) lockOnly(ctx context.Context, at time.Time) {
 		return
 	}
 	defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
-	run := s.started()
 	for chunk := range s.c.Chunks {
-		s.fault(run, chunk, tick.Key(at), lock.Token())
+		s.fault(at, chunk, tick.Key(at), lock.Token())
 		if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			return s.writeChunk(ctx, tx, at, chunk, lock.Token())
 		}); err != nil {
@@ -223,24 +226,25 @@ func (s *scheduler) lockOnly(ctx context.Context, at time.Time) {
 	s.event("ran", tick.Key(at), -1, lock.Token())
 }
 
-// started counts a tick this instance starts to run.
-func (s *scheduler) started() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.runs++
-	return s.runs
-}
-
-// fault stops or kills this process at chunk 1 of its run-th run, when told.
-func (s *scheduler) fault(run, chunk int, tickKey string, token int64) {
+// fault stops or kills this process, once, at chunk 1 of the tick at, when
+// told to from that tick's number on. Resumed runs, which start past
+// chunk 0, are left alone: the instance that resumes a tick is not the
+// one that interrupts the next.
+func (s *scheduler) fault(at time.Time, chunk int, tickKey string, token int64) {
 	if chunk != 1 {
 		return
 	}
-	switch run {
-	case s.c.FreezeAt:
+	no := int(at.Sub(s.c.From)/s.c.Period) + 1
+	s.mu.Lock()
+	freezeNow := !s.faulted && s.c.FreezeAt > 0 && no >= s.c.FreezeAt
+	dieNow := !s.faulted && s.c.DieAt > 0 && no >= s.c.DieAt
+	s.faulted = s.faulted || freezeNow || dieNow
+	s.mu.Unlock()
+	switch {
+	case freezeNow:
 		s.event("frozen", tickKey, chunk, token)
 		freeze()
-	case s.c.DieAt:
+	case dieNow:
 		s.event("dying", tickKey, chunk, token)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
