@@ -95,7 +95,7 @@ func defaultConfig() config {
 
 func quickConfig() config {
 	return config{
-		Reps: 2, RTTOps: 50, UncontendedOps: 30,
+		Reps: 1, RTTOps: 50, UncontendedOps: 30,
 		ParallelWorkers: 4, ParallelDur: 100 * time.Millisecond,
 		HandoffRounds: 2, HandoffHold: 5 * time.Millisecond,
 		ContendedWorkers: 4, ContendedHold: time.Millisecond, ContendedDur: 300 * time.Millisecond,
