@@ -48,12 +48,16 @@ type parser struct {
 	output map[string]*strings.Builder // by package + "\x00" + test
 	failed map[string][]string         // failing tests by package, in order
 	times  map[string][]testTime       // top-level tests' times by package
-	any    bool
+	// running: the tests of each package that started and have not
+	// ended; those left when the package fails did not finish (the
+	// binary timed out, or a panic ended it).
+	running map[string]map[string]bool
+	any     bool
 }
 
 func newParser(module string, done func(pkgResult)) *parser {
 	return &parser{module: module, done: done, output: map[string]*strings.Builder{}, failed: map[string][]string{},
-		times: map[string][]testTime{}}
+		times: map[string][]testTime{}, running: map[string]map[string]bool{}}
 }
 
 func (p *parser) read(r io.Reader) {
@@ -70,6 +74,15 @@ func (p *parser) read(r io.Reader) {
 
 func (p *parser) handle(e event) {
 	key := e.Package + "\x00" + e.Test
+	switch e.Action {
+	case "run":
+		if p.running[e.Package] == nil {
+			p.running[e.Package] = map[string]bool{}
+		}
+		p.running[e.Package][e.Test] = true
+	case "pass", "fail", "skip":
+		delete(p.running[e.Package], e.Test)
+	}
 	switch e.Action {
 	case "output", "build-output":
 		b := p.output[key]
@@ -112,10 +125,12 @@ func (p *parser) finish(e event, passed bool) {
 			}
 			r.Failed = append(r.Failed, testFailure{Test: t, Output: p.text(e.Package, t)})
 		}
+		r.Failed = append(r.Failed, p.unfinished(e.Package)...)
 		if len(r.Failed) == 0 {
 			r.Failed = []testFailure{{Output: p.text(e.Package, "")}}
 		}
 	}
+	delete(p.running, e.Package)
 	for k := range p.output {
 		if strings.HasPrefix(k, e.Package+"\x00") {
 			delete(p.output, k)
@@ -125,6 +140,32 @@ func (p *parser) finish(e event, passed bool) {
 	delete(p.failed, e.Package)
 	delete(p.times, e.Package)
 	p.done(r)
+}
+
+// unfinished are the failures of pkg's tests that never ended, each
+// with its output and then the package's own (where go test prints a
+// timeout's panic and the goroutines).
+func (p *parser) unfinished(pkg string) []testFailure {
+	var names []string
+	for t := range p.running[pkg] {
+		if !hasChild(keys(p.running[pkg]), t) {
+			names = append(names, t)
+		}
+	}
+	sort.Strings(names)
+	var out []testFailure
+	for _, t := range names {
+		out = append(out, testFailure{Test: t + " (did not finish)", Output: p.text(pkg, t) + p.text(pkg, "")})
+	}
+	return out
+}
+
+func keys(m map[string]bool) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
 }
 
 func (p *parser) text(pkg, test string) string {

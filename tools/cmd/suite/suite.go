@@ -133,7 +133,11 @@ func (s *suite) step(ctx context.Context, m, what string, argv []string, env ...
 // test runs module m's tests once (all its packages, or pkg with run)
 // and records each package's outcome in res.
 func (s *suite) test(ctx context.Context, m string, res *results, pkg, runRE string) bool {
-	args := []string{"test", "-race", "-count=1", "-json", "-timeout", "9m"}
+	// -timeout 15m catches a hung test binary (a package of the suite
+	// takes minutes at most; 9m was met by a loaded machine compiling the
+	// docs' blocks cold). -parallel 4: the tests that call t.Parallel mostly wait on their
+	// servers, so four at a time keep 2 cores busy where two did not.
+	args := []string{"test", "-race", "-count=1", "-json", "-timeout", "15m", "-parallel", "4"}
 	if runRE != "" {
 		args = append(args, "-run", runRE)
 	}

@@ -85,3 +85,28 @@ func TestLocate(t *testing.T) {
 		t.Error("locate of a missing directory: no error")
 	}
 }
+
+// A package whose binary timed out fails with the tests that never
+// ended, each with its output and the package's (the timeout's panic).
+func TestParserTimeout(t *testing.T) {
+	stream := strings.Join([]string{
+		`{"Action":"run","Package":"github.com/fencelock/fencelock/docs","Test":"TestFast"}`,
+		`{"Action":"pass","Package":"github.com/fencelock/fencelock/docs","Test":"TestFast","Elapsed":0.1}`,
+		`{"Action":"run","Package":"github.com/fencelock/fencelock/docs","Test":"TestSlow"}`,
+		`{"Action":"run","Package":"github.com/fencelock/fencelock/docs","Test":"TestSlow/README"}`,
+		`{"Action":"output","Package":"github.com/fencelock/fencelock/docs","Test":"TestSlow/README","Output":"building README.md:60\n"}`,
+		`{"Action":"output","Package":"github.com/fencelock/fencelock/docs","Output":"panic: test timed out after 9m0s\n"}`,
+		`{"Action":"fail","Package":"github.com/fencelock/fencelock/docs","Elapsed":540}`,
+	}, "\n")
+	var got []pkgResult
+	p := newParser(".", func(r pkgResult) { got = append(got, r) })
+	p.read(strings.NewReader(stream))
+	if len(got) != 1 || got[0].Passed {
+		t.Fatalf("results %+v, want docs failed", got)
+	}
+	f := got[0].Failed
+	if len(f) != 1 || f[0].Test != "TestSlow/README (did not finish)" ||
+		!strings.Contains(f[0].Output, "building README.md:60") || !strings.Contains(f[0].Output, "panic: test timed out") {
+		t.Errorf("failures %+v, want TestSlow/README unfinished with its output and the panic", f)
+	}
+}
