@@ -110,6 +110,14 @@ func (c *counter) stopTiming() ([]span, [][]any) {
 	return s, a
 }
 
+// renewedKeys is how many lock keys a renewal was captured for since
+// startTiming.
+func (c *counter) renewedKeys() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(renewalsByKey(c.captured))
+}
+
 type counts struct{ roundTrips, cmds int64 }
 
 func (c *counter) snapshot() counts {
