@@ -3,6 +3,7 @@ package gocrontick_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,14 @@ func (s *skips) afterLockError(_ uuid.UUID, _ string, err error) {
 		return
 	}
 	s.other = append(s.other, err)
+}
+
+// String is the skipped runs by outcome and the other lock errors, for a
+// failure's message: a missed tick is explained by them.
+func (s *skips) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprintf("runs not needed by outcome %v; other lock errors %v", s.notRun, s.other)
 }
 
 func (s *skips) done() int {
@@ -116,7 +125,7 @@ func TestGocronRunsEachTickOnce(t *testing.T) {
 	counts, err := ticktest.Count(ctx, env.DB.Pool, "sync")
 	require.NoError(t, err)
 	sum := ticktest.Sum(counts, ticktest.Ticks(tick.Every(time.Second), counts[0].Tick, last))
-	assert.Equal(t, sum.Ticks, sum.Once, "every tick once: %+v", sum)
+	assert.Equal(t, sum.Ticks, sum.Once, "every tick once: %+v; %s", sum, sk)
 	for _, c := range counts {
 		if c.Tick.Equal(cutAt) {
 			assert.Equal(t, ticktest.TickCount{Tick: cutAt, Runs: 1, Holders: 2}, c, "the cut tick resumed by another holder")
