@@ -372,18 +372,31 @@ func TestFlushAllMidQueue(t *testing.T) {
 		deadline = time.Now().Add(6 * time.Second)
 		wg       sync.WaitGroup
 	)
+	// A waiter goes on past the deadline until it has held the lock after
+	// the flush (ctx bounds it): on a loaded machine the handovers of a
+	// few seconds may not reach every waiter.
+	done := func(me string) bool {
+		if time.Now().Before(deadline) {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return afterFl[me] > 0 || ctx.Err() != nil
+	}
 	for i := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c := clients[i%4]
 			me := "w" + strconv.Itoa(i)
-			for time.Now().Before(deadline) {
+			for !done(me) {
 				sent := time.Now()
 				l, err := c.Acquire(ctx, "flush", fence.WithWaitLimit(limit))
 				if err != nil {
 					assert.ErrorIs(t, err, fence.ErrNotAcquired)
-					assert.Less(t, time.Since(sent), limit+time.Second, "the wait outlived its limit")
+					// The limit ends the wait: not a bound on a loaded
+					// machine's latency, so the slack is the limit again.
+					assert.Less(t, time.Since(sent), 2*limit, "the wait outlived its limit")
 					continue
 				}
 				from := time.Now()
