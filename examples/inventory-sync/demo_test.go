@@ -122,8 +122,19 @@ func TestScheduledScenario(t *testing.T) {
 	require.Len(t, sched, 2)
 	off, on := sched[0], sched[1]
 	require.False(t, off.Guard)
-	assert.Positive(t, off.Duplicated, "guard off: instances whose clocks are behind run ticks again")
+	// Guard off, the lock alone fails the job both ways: an instance whose
+	// clock is behind runs a tick again once the one ahead has released it
+	// (when the run is shorter than the offset: not on a loaded machine),
+	// and a tick whose holder was killed or stopped is left half-done or
+	// its lock held past the next tick, which no one runs then.
+	assert.Positive(t, off.Faults, "guard off: no instance was killed or stopped mid-run")
+	assert.Positive(t, off.Duplicated+off.Missed, "guard off: no tick ran twice or was missed: %+v", off.PerTick)
 	assert.Equal(t, ss.ticks, on.Once, "guard on: every tick runs once: %+v", on.PerTick)
 	assert.Zero(t, on.Duplicated+on.Missed+on.DuplicateChunks)
-	assert.GreaterOrEqual(t, on.Resumed, 2, "guard on: the killed and the stopped instance's ticks resumed by another")
+	// Each fault needs its instance to start a tick from the beginning,
+	// which a loaded machine may give to the others: at least one comes
+	// (the instance most ahead starts the ticks), and each fault's tick is
+	// resumed by another instance.
+	assert.Positive(t, on.Faults, "guard on: no instance was killed or stopped mid-run")
+	assert.GreaterOrEqual(t, on.Resumed, on.Faults, "guard on: the killed and the stopped instance's ticks resumed by another")
 }

@@ -155,6 +155,19 @@ func (l *eventLog) note(who, what string) {
 
 // waitFor waits until worker has reported event (for chunk >= minChunk when
 // minChunk >= 0).
+// waitUntil waits until worker reports event (true) or until the time
+// given has come (false).
+func (l *eventLog) waitUntil(ctx context.Context, worker, event string, until time.Time) (bool, error) {
+	err := l.waitFor(ctx, worker, event, -1, time.Until(until))
+	switch {
+	case err == nil:
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	}
+	return false, nil
+}
+
 func (l *eventLog) waitFor(ctx context.Context, worker, event string, minChunk int, limit time.Duration) error {
 	deadline := time.After(limit)
 	for {
