@@ -53,7 +53,9 @@ func TestClusterViewBoundTooShort(t *testing.T) {
 	assert.False(t, errors.As(err, new(*layoutReadTimeout)), "unbounded: the node's own timeout, got %v", err)
 	assert.GreaterOrEqual(t, time.Since(start), readTimeout)
 
-	// The node answers again: the read is bounded once more, and answered.
+	// The node answers again: the read is bounded once more, and answered
+	// (within a bound a loaded machine meets: 50 ms did not, once).
+	v.bound = readTimeout
 	p.Restore()
 	slots, err := node.ClusterSlots(ctx).Result() //lint:ignore SA1019 the read go-redis makes of its slot map
 	require.NoError(t, err)
