@@ -342,8 +342,8 @@ func (c *Client) adopt(ctx context.Context, name string, k keys, cfg config, val
 	}
 	// The holder and the value share one string (no copies).
 	l := &Lock{c: c, name: name, keys: k, holder: holderOf(value), token: tok,
-		value: value, valueArg: value, leaseArg: cfg.leaseArg, fixed: cfg.fixed,
-		acquiredAt: start, lease: cfg.lease, renewAt: start.Add(px / 3), idx: -1}
+		value: value, valueArg: value, fixed: cfg.fixed, acquiredAt: start,
+		sched: lockSched{lease: cfg.lease, leaseArg: cfg.leaseArg, renewAt: start.Add(px / 3), idx: -1}}
 	l.scriptKeys = scriptKeysOf(k, &cfg)
 	l.keyArgs = l.scriptKeys[:1:1]
 	if cfg.campaign != nil {
@@ -358,7 +358,7 @@ func (c *Client) adopt(ctx context.Context, name string, k keys, cfg config, val
 	l.ctx, l.cancel = context.WithCancelCause(l.vctx)
 	l.setDeadlineFrom(start, px)
 	if cfg.maxHold > 0 {
-		l.maxHoldAt = start.Add(cfg.maxHold)
+		l.sched.maxHoldAt = start.Add(cfg.maxHold)
 	}
 	c.mu.Lock()
 	if c.isClosed() {

@@ -12,6 +12,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Locks. Each mutex of package fence is owned by one type, and the top of
+// the file that owns it says what it guards and where it stands in this
+// order: a mutex may be taken while those to its left on a line are held,
+// never the other way round.
+//
+//	clusterView.mu → Client.mu → watch.mu → observer.mu
+//	                 Client.mu → watchdog.mu
+//	                 Client.mu → notifier.mu
+//	     follower.mu → watch.mu → observer.mu
+//	waiter.mu, alone
+//
+// None of them is held across a network call, a channel operation that
+// can block, or a call of the user's code (observers, loggers): what a
+// method finds under a mutex, it acts on after unlocking. (A warning
+// logged once per client runs inside its sync.Once, which guards nothing
+// else.)
+//
+// Client.mu (this file) guards the client's locks and watches, and makes
+// Close's start one step with goBackground's Add, so that Close waits for
+// every background call: clusterView.refresh holds its own mutex when it
+// starts one, adopt and Close hold it while they schedule and unschedule
+// locks (watchdog.mu) and Close while it lists the waiters (notifier.mu),
+// and the watches of observe.go take it before their own.
+
 // RedisClient is the part of a go-redis v9 client that fence uses: scripts,
 // pipelines and pub/sub. [*redis.Client] (one server, or a failover client
 // from [redis.NewFailoverClient], which follows Sentinel to the master),

@@ -12,6 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Locks. clusterView.mu guards the node clients given the hook and the
+// reload in progress; it is the first in the package's order (see
+// client.go): refresh starts its reload with Client.mu taken under it
+// (goBackground), and nothing takes it under another mutex: go-redis
+// calls hook when it makes a node client, and fence never asks it for
+// one while holding a mutex.
+
 // A stopped node (SIGSTOP, a frozen VM) accepts connections and never
 // answers, and go-redis waits for it as long as the node's ReadTimeout in
 // two places that are not the stopped node's own business:

@@ -6,6 +6,11 @@ import (
 	"time"
 )
 
+// Locks. follower.mu guards what a watch knows (follower); it is held
+// while the events made of it are emitted, so that they keep the order of
+// what was learnt: follower.mu → watch.mu → observer.mu (see client.go).
+// The loop's state is its goroutine's own.
+
 // The follower of a watch (see observe.go): it applies the records the
 // notifier hands it (on the notifier's goroutine), and its loop reads the
 // election when a term it knows would expire, every term lease while it

@@ -38,14 +38,9 @@ type Lock struct {
 	deadline   atomic.Int64 // unix ns; local conservative validity
 	released   atomic.Bool
 
-	// Guarded by the watchdog's mutex.
-	lease     time.Duration
-	leaseArg  any // lease in ms, boxed once per lease
-	renewAt   time.Time
-	maxHoldAt time.Time // zero: no limit
-	inflight  bool      // a renewal is on its way
-	idx       int       // index in the watchdog heap, -1 when not scheduled
-	renewErr  error     // the last renewal's error, nil after a success
+	// sched is the watchdog's: its schedule of the lock's renewals, under
+	// watchdog.mu (see lockSched).
+	sched lockSched
 }
 
 // A nil *Lock (what a failed Acquire returns) answers every method
@@ -203,12 +198,12 @@ func (l *Lock) renewLoss(res int64, other string) *LostError {
 }
 
 // deadlineLoss is the cause of a loss at the local deadline. Called with
-// the watchdog's mutex held (renewErr).
+// watchdog.mu held (sched.renewErr).
 func (l *Lock) deadlineLoss() *LostError {
 	if l.fixed {
 		return &LostError{Name: l.name, Token: l.token, Reason: ReasonLeaseEnded}
 	}
-	return &LostError{Name: l.name, Token: l.token, Reason: ReasonDeadline, LastErr: l.renewErr}
+	return &LostError{Name: l.name, Token: l.token, Reason: ReasonDeadline, LastErr: l.sched.renewErr}
 }
 
 // lost cancels l with cause, forgets it, wakes a waiter of this client

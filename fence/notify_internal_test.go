@@ -34,7 +34,7 @@ func TestPubSubHealClearsConnectionError(t *testing.T) {
 	n, ch := c.notify, "heal:{x}:ch"
 	p.Cut()
 	n.mu.Lock()
-	n.chans[ch] = &psChannel{confirmed: make(chan struct{})}
+	n.chans.m[ch] = &psChannel{confirmed: make(chan struct{})}
 	n.mu.Unlock()
 	err = n.subscribe(ctx, ch)
 	require.True(t, errors.Is(err, io.EOF), "while cut, the connection's error: %v", err)
@@ -42,7 +42,7 @@ func TestPubSubHealClearsConnectionError(t *testing.T) {
 	recorded := func() (broken bool, err error) {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		pc := n.chans[ch]
+		pc := n.chans.get(ch)
 		return pc.node.broken, pc.err
 	}
 	broken, err := recorded()

@@ -8,6 +8,13 @@ import (
 	"time"
 )
 
+// Locks. watch.mu guards a watch's observers and its last event, and
+// observer.mu an observer's queue; taken in the order Client.mu (which
+// finds a watch) → watch.mu → observer.mu, or follower.mu (follow.go) →
+// watch.mu → observer.mu when an event is emitted (see client.go). An
+// observer's channel is sent on without blocking under observer.mu
+// (push), and with no mutex held by its own goroutine.
+
 // Observing an election. Every change of an election's record (a new
 // term, a proclaim, a resignation; see elect.lua) is published whole on
 // the election's channel in the script that makes it, so a change costs

@@ -12,6 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Locks. waiter.mu guards a waiter's outcome and what the last answer
+// said (the fields below it); it is taken with no other mutex held, and
+// takes none (see client.go for the order). The waiter's heartbeat
+// schedule is the watchdog's (beatSched, under watchdog.mu).
+
 // The wait for a held lock (Acquire after its first attempt): the waiter
 // is in the name's queue in Redis (see queue.lua), in arrival order among
 // every process. Its place is kept by heartbeats — acquire.lua in 'b'
@@ -61,13 +66,9 @@ type waiter struct {
 	syncAt  time.Time
 	syncSrv int64
 
-	// Guarded by the watchdog's mutex.
-	beatAt   time.Time
-	inflight bool          // a heartbeat is on its way
-	idx      int           // index in the watchdog's waiter heap, -1 when not scheduled
-	soon     bool          // heartbeat again as soon as the one in flight is answered
-	gone     bool          // removed: no heartbeat after the one in flight
-	idle     chan struct{} // closed when an in-flight heartbeat is answered, for leave
+	// sched is the watchdog's: its schedule of the waiter's heartbeats,
+	// under watchdog.mu (see beatSched).
+	sched beatSched
 }
 
 type waitState uint8
@@ -80,8 +81,8 @@ const (
 )
 
 func (c *Client) newWaiter(name string, k keys, cfg config, holder string) *waiter {
-	return &waiter{c: c, name: name, k: k, cfg: cfg, holder: holder, wake: make(chan struct{}, 1), idx: -1,
-		backoff: minErrorBackoff}
+	return &waiter{c: c, name: name, k: k, cfg: cfg, holder: holder, wake: make(chan struct{}, 1),
+		backoff: minErrorBackoff, sched: beatSched{idx: -1}}
 }
 
 // Acquire's retries after transient errors (a failover, a restart) start

@@ -5,7 +5,19 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
+
+// Locks. watchdog.mu guards the two heaps, wakeAt, and the part of each
+// scheduled lock and waiter that the watchdog owns: a Lock's lockSched
+// and a waiter's beatSched, which no other code reads or writes (adopt
+// fills a lock's before the lock is scheduled). In the package's lock
+// order (see client.go) it is a leaf: taken with Client.mu held (adopt,
+// Close) or with no mutex held, and nothing under it takes another
+// mutex: a waiter's heartbeat call and answer (beatCall, answered: the
+// waiter's mutex, the notifier's) and the losses it finds (the client's
+// mutex, the observers) are handled after unlocking.
 
 // maxBatch caps the renewals sent in one pipeline. Rounds of up to 10,000
 // locks go out as one pipeline: batches are sent one after another, each
@@ -35,16 +47,39 @@ type watchdog struct {
 	h    lockHeap
 	wh   waiterHeap    // waiters by their next heartbeat
 	kick chan struct{} // cap 1: a heap's head changed
-	// wakeAt is when the scheduler's timer fires (guarded by mu): a lock
-	// added with a later event needs no wake-up, the scheduler looks at the
-	// heap again by then anyway. It keeps an acquire+release from waking
-	// the scheduler goroutine twice.
+	// wakeAt is when the scheduler's timer fires: a lock added with a
+	// later event needs no wake-up, the scheduler looks at the heap again
+	// by then anyway. It keeps an acquire+release from waking the
+	// scheduler goroutine twice.
 	wakeAt time.Time
 
 	work    chan batch
 	results chan roundResult
 	stop    chan struct{}
 	wg      sync.WaitGroup
+}
+
+// lockSched is the watchdog's part of a Lock: the schedule of its
+// renewals. Guarded by watchdog.mu.
+type lockSched struct {
+	lease     time.Duration
+	leaseArg  any // lease in ms, boxed once per lease
+	renewAt   time.Time
+	maxHoldAt time.Time // zero: no limit
+	inflight  bool      // a renewal is on its way
+	idx       int       // index in the watchdog's lock heap, -1 when not scheduled
+	renewErr  error     // the last renewal's error, nil after a success
+}
+
+// beatSched is the watchdog's part of a waiter: the schedule of its
+// heartbeats. Guarded by watchdog.mu.
+type beatSched struct {
+	beatAt   time.Time
+	inflight bool          // a heartbeat is on its way
+	idx      int           // index in the watchdog's waiter heap, -1 when not scheduled
+	soon     bool          // heartbeat again as soon as the one in flight is answered
+	gone     bool          // removed: no heartbeat after the one in flight
+	idle     chan struct{} // closed when an in-flight heartbeat is answered, for leave
 }
 
 // batch is the work of one round: renewals and heartbeats.
@@ -101,11 +136,11 @@ func (l *Lock) lossAt() time.Time { return time.Unix(0, l.deadline.Load()).Add(-
 // nextEvent is when the scheduler must look at l next.
 func (l *Lock) nextEvent() time.Time {
 	t := l.lossAt()
-	if !l.maxHoldAt.IsZero() && l.maxHoldAt.Before(t) {
-		t = l.maxHoldAt
+	if !l.sched.maxHoldAt.IsZero() && l.sched.maxHoldAt.Before(t) {
+		t = l.sched.maxHoldAt
 	}
-	if !l.fixed && !l.inflight && l.renewAt.Before(t) {
-		t = l.renewAt
+	if !l.fixed && !l.sched.inflight && l.sched.renewAt.Before(t) {
+		t = l.sched.renewAt
 	}
 	return t
 }
@@ -124,8 +159,8 @@ func (w *watchdog) add(l *Lock) {
 // The scheduler is not woken: at worst its timer fires once for nothing.
 func (w *watchdog) remove(l *Lock) {
 	w.mu.Lock()
-	if l.idx >= 0 {
-		heap.Remove(&w.h, l.idx)
+	if l.sched.idx >= 0 {
+		heap.Remove(&w.h, l.sched.idx)
 	}
 	w.mu.Unlock()
 }
@@ -135,12 +170,12 @@ func (w *watchdog) remove(l *Lock) {
 func (w *watchdog) refreshed(l *Lock, start time.Time, lease time.Duration) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if l.idx < 0 {
+	if l.sched.idx < 0 {
 		return false
 	}
-	l.lease, l.leaseArg = lease, lease.Milliseconds()
+	l.sched.lease, l.sched.leaseArg = lease, lease.Milliseconds()
 	l.deadline.Store(start.Add(lease - driftMargin(lease)).UnixNano())
-	heap.Fix(&w.h, l.idx)
+	heap.Fix(&w.h, l.sched.idx)
 	w.poke()
 	return true
 }
@@ -148,7 +183,7 @@ func (w *watchdog) refreshed(l *Lock, start time.Time, lease time.Duration) bool
 // addWaiter schedules w's heartbeats, the first at at.
 func (w *watchdog) addWaiter(x *waiter, at time.Time) {
 	w.mu.Lock()
-	x.beatAt = at
+	x.sched.beatAt = at
 	heap.Push(&w.wh, x)
 	early := at.Before(w.wakeAt)
 	w.mu.Unlock()
@@ -163,17 +198,17 @@ func (w *watchdog) addWaiter(x *waiter, at time.Time) {
 func (w *watchdog) removeWaiter(x *waiter) <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	x.gone = true
-	if x.idx >= 0 {
-		heap.Remove(&w.wh, x.idx)
+	x.sched.gone = true
+	if x.sched.idx >= 0 {
+		heap.Remove(&w.wh, x.sched.idx)
 	}
-	if !x.inflight {
+	if !x.sched.inflight {
 		return nil
 	}
-	if x.idle == nil {
-		x.idle = make(chan struct{})
+	if x.sched.idle == nil {
+		x.sched.idle = make(chan struct{})
 	}
-	return x.idle
+	return x.sched.idle
 }
 
 // beatSoon makes the scheduled waiters among xs heartbeat now (a message
@@ -187,11 +222,11 @@ func (w *watchdog) beatSoon(xs ...*waiter) {
 	for _, x := range xs {
 		switch {
 		case x == nil:
-		case x.inflight:
-			x.soon = true // when its heartbeat is answered
-		case x.idx >= 0 && x.beatAt.After(now):
-			x.beatAt = now
-			heap.Fix(&w.wh, x.idx)
+		case x.sched.inflight:
+			x.sched.soon = true // when its heartbeat is answered
+		case x.sched.idx >= 0 && x.sched.beatAt.After(now):
+			x.sched.beatAt = now
+			heap.Fix(&w.wh, x.sched.idx)
 		}
 	}
 	w.mu.Unlock()
@@ -201,9 +236,9 @@ func (w *watchdog) beatSoon(xs ...*waiter) {
 // lose unschedules l and cancels it with cause.
 func (w *watchdog) lose(l *Lock, cause error, now time.Time) {
 	w.mu.Lock()
-	scheduled := l.idx >= 0
+	scheduled := l.sched.idx >= 0
 	if scheduled {
-		heap.Remove(&w.h, l.idx)
+		heap.Remove(&w.h, l.sched.idx)
 	}
 	w.mu.Unlock()
 	if scheduled {
@@ -234,52 +269,9 @@ func (w *watchdog) schedule() {
 	for {
 		now := time.Now()
 		w.mu.Lock()
-		lost = lost[:0]
-		for len(w.h) > 0 {
-			l := w.h[0]
-			if ev := l.nextEvent(); ev.After(now) {
-				// A renewal due within lease/12 joins a round that goes
-				// out now anyway: renewing a little early costs nothing
-				// and keeps the locks of a client in step, so that rounds
-				// stay few and full.
-				coalesce := pending.size() > 0 && !l.fixed && !l.inflight &&
-					l.renewAt.Equal(ev) && !ev.After(now.Add(l.lease/12))
-				if !coalesce {
-					break
-				}
-			}
-			switch {
-			case !l.maxHoldAt.IsZero() && !now.Before(l.maxHoldAt):
-				heap.Pop(&w.h)
-				lost = append(lost, loss{l, ErrMaxHold})
-			case !now.Before(l.lossAt()):
-				heap.Pop(&w.h)
-				lost = append(lost, loss{l, l.deadlineLoss()})
-			default: // renewal due
-				l.inflight = true
-				heap.Fix(&w.h, 0)
-				pending.locks = append(pending.locks, l)
-			}
-		}
-		for len(w.wh) > 0 {
-			x := w.wh[0]
-			// Heartbeats due within liveness/12 join a round that goes out
-			// anyway, as renewals do.
-			if x.beatAt.After(now) && (pending.size() == 0 || x.beatAt.After(now.Add(x.cfg.liveness/12))) {
-				break
-			}
-			heap.Pop(&w.wh) // rescheduled when answered
-			x.inflight = true
-			pending.waiters = append(pending.waiters, x)
-		}
-		w.wakeAt = now.Add(time.Hour)
-		if len(w.h) > 0 {
-			w.wakeAt = w.h[0].nextEvent()
-		}
-		if len(w.wh) > 0 && w.wh[0].beatAt.Before(w.wakeAt) {
-			w.wakeAt = w.wh[0].beatAt
-		}
-		wait := time.Until(w.wakeAt)
+		lost = w.takeLocks(now, &pending, lost[:0])
+		w.takeBeats(now, &pending)
+		wait := w.nextWakeLocked(now)
 		w.mu.Unlock()
 		for _, x := range lost {
 			w.signalLoss(x.l, x.cause, now)
@@ -304,6 +296,69 @@ func (w *watchdog) schedule() {
 	}
 }
 
+// takeLocks moves the locks whose renewal is due at now into pending, and
+// those past their deadline or their maximum hold into lost. Called with
+// w.mu held.
+func (w *watchdog) takeLocks(now time.Time, pending *batch, lost []loss) []loss {
+	for len(w.h) > 0 {
+		l := w.h[0]
+		if ev := l.nextEvent(); ev.After(now) {
+			// A renewal due within lease/12 joins a round that goes
+			// out now anyway: renewing a little early costs nothing
+			// and keeps the locks of a client in step, so that rounds
+			// stay few and full.
+			coalesce := pending.size() > 0 && !l.fixed && !l.sched.inflight &&
+				l.sched.renewAt.Equal(ev) && !ev.After(now.Add(l.sched.lease/12))
+			if !coalesce {
+				break
+			}
+		}
+		switch {
+		case !l.sched.maxHoldAt.IsZero() && !now.Before(l.sched.maxHoldAt):
+			heap.Pop(&w.h)
+			lost = append(lost, loss{l, ErrMaxHold})
+		case !now.Before(l.lossAt()):
+			heap.Pop(&w.h)
+			lost = append(lost, loss{l, l.deadlineLoss()})
+		default: // renewal due
+			l.sched.inflight = true
+			heap.Fix(&w.h, 0)
+			pending.locks = append(pending.locks, l)
+		}
+	}
+	return lost
+}
+
+// takeBeats moves the waiters whose heartbeat is due at now into pending.
+// Called with w.mu held.
+func (w *watchdog) takeBeats(now time.Time, pending *batch) {
+	for len(w.wh) > 0 {
+		x := w.wh[0]
+		// Heartbeats due within liveness/12 join a round that goes out
+		// anyway, as renewals do.
+		if x.sched.beatAt.After(now) && (pending.size() == 0 || x.sched.beatAt.After(now.Add(x.cfg.liveness/12))) {
+			break
+		}
+		heap.Pop(&w.wh) // rescheduled when answered
+		x.sched.inflight = true
+		pending.waiters = append(pending.waiters, x)
+	}
+}
+
+// nextWakeLocked sets wakeAt to the heaps' earliest event (an hour away
+// when both are empty) and returns the wait until then. Called with w.mu
+// held.
+func (w *watchdog) nextWakeLocked(now time.Time) time.Duration {
+	w.wakeAt = now.Add(time.Hour)
+	if len(w.h) > 0 {
+		w.wakeAt = w.h[0].nextEvent()
+	}
+	if len(w.wh) > 0 && w.wh[0].sched.beatAt.Before(w.wakeAt) {
+		w.wakeAt = w.wh[0].sched.beatAt
+	}
+	return time.Until(w.wakeAt)
+}
+
 func (b batch) size() int { return len(b.locks) + len(b.waiters) }
 
 // apply records the outcome of a renewal round.
@@ -313,23 +368,23 @@ func (w *watchdog) apply(r roundResult) {
 	var lost []loss
 	w.mu.Lock()
 	for i, l := range r.locks {
-		l.inflight = false
-		if l.idx < 0 {
+		l.sched.inflight = false
+		if l.sched.idx < 0 {
 			continue // released or lost meanwhile
 		}
 		switch {
 		case r.errs[i] != nil:
 			// Transient: retry soon, within what is left of the lease.
-			l.renewErr = r.errs[i]
-			l.renewAt = now.Add(retryDelay(l.lease))
-			heap.Fix(&w.h, l.idx)
+			l.sched.renewErr = r.errs[i]
+			l.sched.renewAt = now.Add(retryDelay(l.sched.lease))
+			heap.Fix(&w.h, l.sched.idx)
 		case r.res[i] == renewOK:
-			l.renewErr = nil
-			l.setDeadlineFrom(r.start, l.lease)
-			l.renewAt = r.start.Add(l.lease / 3)
-			heap.Fix(&w.h, l.idx)
+			l.sched.renewErr = nil
+			l.setDeadlineFrom(r.start, l.sched.lease)
+			l.sched.renewAt = r.start.Add(l.sched.lease / 3)
+			heap.Fix(&w.h, l.sched.idx)
 		default: // gone or another holder: terminal at once
-			heap.Remove(&w.h, l.idx)
+			heap.Remove(&w.h, l.sched.idx)
 			lost = append(lost, loss{l, l.renewLoss(r.res[i], r.other[i])})
 		}
 	}
@@ -358,17 +413,17 @@ func (w *watchdog) applyBeats(r roundResult) {
 	}
 	w.mu.Lock()
 	for i, x := range r.waiters {
-		x.inflight = false
-		if x.idle != nil {
-			close(x.idle)
-			x.idle = nil
+		x.sched.inflight = false
+		if x.sched.idle != nil {
+			close(x.sched.idle)
+			x.sched.idle = nil
 		}
-		if x.gone {
+		if x.sched.gone {
 			continue
 		}
-		x.beatAt = next[i]
-		if x.soon {
-			x.soon, x.beatAt = false, minTime(x.beatAt, time.Now())
+		x.sched.beatAt = next[i]
+		if x.sched.soon {
+			x.sched.soon, x.sched.beatAt = false, minTime(x.sched.beatAt, time.Now())
 		}
 		heap.Push(&w.wh, x)
 	}
@@ -381,10 +436,10 @@ func (w *watchdog) dropBeats(xs []*waiter) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, x := range xs {
-		x.inflight = false
-		if x.idle != nil {
-			close(x.idle)
-			x.idle = nil
+		x.sched.inflight = false
+		if x.sched.idle != nil {
+			close(x.sched.idle)
+			x.sched.idle = nil
 		}
 	}
 }
@@ -446,30 +501,7 @@ func (w *watchdog) renewNode(b batch) {
 // round renews locks and sends the heartbeats of waiters, which live on
 // one node, in one pipeline.
 func (w *watchdog) round(locks []*Lock, waiters []*waiter) roundResult {
-	// Skip locks released or lost since they were queued: no renewal is
-	// started for a lock after remove returned. A waiter that left is
-	// still sent (its leave waits for the answer): the answer is ignored.
-	w.mu.Lock()
-	kept := locks[:0]
-	for _, l := range locks {
-		if l.idx >= 0 {
-			kept = append(kept, l)
-		} else {
-			l.inflight = false
-		}
-	}
-	locks = kept
-	calls := make([]scriptCall, len(locks), len(locks)+len(waiters))
-	// The round may not outlive the earliest deadline in it: past that the
-	// scheduler has declared the lock lost anyway.
-	var earliest time.Time
-	for i, l := range locks {
-		calls[i] = l.renewCall(l.leaseArg)
-		if d := time.Unix(0, l.deadline.Load()); i == 0 || d.Before(earliest) {
-			earliest = d
-		}
-	}
-	w.mu.Unlock()
+	locks, calls, earliest := w.renewCalls(locks, len(waiters))
 	for _, x := range waiters {
 		calls = append(calls, x.beatCall())
 	}
@@ -489,14 +521,53 @@ func (w *watchdog) round(locks []*Lock, waiters []*waiter) roundResult {
 		waiters: waiters, beats: make([]acquireReply, len(waiters)), beatErr: make([]error, len(waiters))}
 	cmds := execScripts(ctx, w.c.rdb, renewScript, calls, w.c.route())
 	r.rtt = time.Since(r.start)
-	var failed error
+	if failed := r.parse(cmds); failed != nil {
+		// A failover or a moved slot: have go-redis look again now,
+		// so that the retry goes to the new master.
+		w.c.refreshTopology(failed)
+	}
+	return r
+}
+
+// renewCalls drops from locks those released or lost since they were
+// queued (no renewal is started for a lock after remove returned), and
+// returns the rest with their renewal calls (room left for extra more)
+// and the earliest deadline among them: the round may not outlive it,
+// past it the scheduler has declared the lock lost anyway. A waiter that
+// left is still sent (its leave waits for the answer): the answer is
+// ignored.
+func (w *watchdog) renewCalls(locks []*Lock, extra int) ([]*Lock, []scriptCall, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kept := locks[:0]
+	for _, l := range locks {
+		if l.sched.idx >= 0 {
+			kept = append(kept, l)
+		} else {
+			l.sched.inflight = false
+		}
+	}
+	calls := make([]scriptCall, len(kept), len(kept)+extra)
+	var earliest time.Time
+	for i, l := range kept {
+		calls[i] = l.renewCall(l.sched.leaseArg)
+		if d := time.Unix(0, l.deadline.Load()); i == 0 || d.Before(earliest) {
+			earliest = d
+		}
+	}
+	return kept, calls, earliest
+}
+
+// parse fills r from the round's replies (its renewals first, then its
+// heartbeats) and returns the first error met.
+func (r *roundResult) parse(cmds []*redis.Cmd) (failed error) {
 	for i, cmd := range cmds {
 		var err error
-		if i < len(locks) {
+		if i < len(r.locks) {
 			r.res[i], r.other[i], r.errs[i] = parseRenew(cmd)
 			err = r.errs[i]
 		} else {
-			j := i - len(locks)
+			j := i - len(r.locks)
 			var v any
 			if v, err = cmd.Result(); err == nil {
 				r.beats[j], err = parseAcquire(v)
@@ -507,12 +578,7 @@ func (w *watchdog) round(locks []*Lock, waiters []*waiter) roundResult {
 			failed = err
 		}
 	}
-	if failed != nil {
-		// A failover or a moved slot: have go-redis look again now,
-		// so that the retry goes to the new master.
-		w.c.refreshTopology(failed)
-	}
-	return r
+	return failed
 }
 
 // lockHeap orders locks by their next event.
@@ -522,11 +588,11 @@ func (h lockHeap) Len() int           { return len(h) }
 func (h lockHeap) Less(i, j int) bool { return h[i].nextEvent().Before(h[j].nextEvent()) }
 func (h lockHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
+	h[i].sched.idx, h[j].sched.idx = i, j
 }
 func (h *lockHeap) Push(x any) {
 	l := x.(*Lock)
-	l.idx = len(*h)
+	l.sched.idx = len(*h)
 	*h = append(*h, l)
 }
 func (h *lockHeap) Pop() any {
@@ -534,7 +600,7 @@ func (h *lockHeap) Pop() any {
 	l := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	l.idx = -1
+	l.sched.idx = -1
 	return l
 }
 
@@ -542,14 +608,14 @@ func (h *lockHeap) Pop() any {
 type waiterHeap []*waiter
 
 func (h waiterHeap) Len() int           { return len(h) }
-func (h waiterHeap) Less(i, j int) bool { return h[i].beatAt.Before(h[j].beatAt) }
+func (h waiterHeap) Less(i, j int) bool { return h[i].sched.beatAt.Before(h[j].sched.beatAt) }
 func (h waiterHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
+	h[i].sched.idx, h[j].sched.idx = i, j
 }
 func (h *waiterHeap) Push(x any) {
 	w := x.(*waiter)
-	w.idx = len(*h)
+	w.sched.idx = len(*h)
 	*h = append(*h, w)
 }
 func (h *waiterHeap) Pop() any {
@@ -557,6 +623,6 @@ func (h *waiterHeap) Pop() any {
 	w := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	w.idx = -1
+	w.sched.idx = -1
 	return w
 }
