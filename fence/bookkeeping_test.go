@@ -55,9 +55,11 @@ func TestLetExpireLocksAreForgotten(t *testing.T) {
 		"every lock reached its deadline")
 	after := heapAfterGC()
 	t.Logf("heap: %d B before, %d B after %d expired locks (%+d B)", base, after, n, after-base)
-	// A lock kept costs ~700 B: 10,000 of them would be ~7 MB. What is
-	// left is the grown watchdog heap and lock map (a few hundred KB).
-	assert.Less(t, after-base, int64(1<<20), "the client keeps expired locks")
+	// A lock kept costs ~700 B: 10,000 of them would be ~7 MB, and the
+	// last batch of losses the watchdog signalled at once (hundreds under
+	// load) a few hundred KB. What is left is the grown watchdog heap and
+	// lock map: under 100 KB.
+	assert.Less(t, after-base, int64(256<<10), "the client keeps expired locks")
 
 	valid, err := c.TryAcquire(ctx, "valid", fence.WithFixedLease(time.Minute))
 	require.NoError(t, err)

@@ -276,6 +276,10 @@ func (w *watchdog) schedule() {
 		for _, x := range lost {
 			w.signalLoss(x.l, x.cause, now)
 		}
+		// The slice is kept for the next round: what it held must not
+		// keep the lost locks (and their keys, contexts and errors) alive
+		// until a later round overwrites them.
+		clear(lost)
 		timer.Reset(wait)
 
 		var work chan batch
