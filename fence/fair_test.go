@@ -240,7 +240,11 @@ func TestWaiterCrash(t *testing.T) {
 // A thousand waiters whose contexts end while handovers race them: a
 // handover to a waiter that is leaving is passed on at once, never held
 // for a lease. Holders keep acquiring throughout, and when everyone is
-// gone the lock is free and the queue empty.
+// gone the lock is free and the queue empty. One waiter in 50 waits for
+// as long as the test's context: however slow the machine (on a loaded
+// one every short context may end before its first answer), the lock is
+// then acquired, and a handover held for a lease would show as a gap
+// before the next patient waiter's turn.
 func TestWaitersLeavingWhileGrantsRace(t *testing.T) {
 	t.Parallel()
 	r := testenv.NewRedis(t)
@@ -271,9 +275,14 @@ func TestWaitersLeavingWhileGrantsRace(t *testing.T) {
 			defer wg.Done()
 			// Contexts end at scattered times across the run.
 			wctx, cancel := context.WithTimeout(ctx, time.Duration(20+rand.IntN(1500))*time.Millisecond)
+			patient := i%50 == 0
+			if patient {
+				wctx, cancel = ctx, func() {}
+			}
 			defer cancel()
 			l, err := clients[i%len(clients)].Acquire(wctx, "race")
 			if err != nil {
+				assert.False(t, patient, "a waiter with the test's context did not acquire: %v", err)
 				assert.ErrorIs(t, err, fence.ErrNotAcquired)
 				return
 			}
@@ -293,7 +302,7 @@ func TestWaitersLeavingWhileGrantsRace(t *testing.T) {
 	}
 	mu.Unlock()
 	t.Logf("%d of %d waiters acquired in %v; longest gap between acquisitions %v", got.Load(), waiters, took, gap)
-	assert.Positive(t, got.Load())
+	assert.GreaterOrEqual(t, got.Load(), int64(waiters/50), "every patient waiter acquired")
 	assert.Less(t, gap, lease/3, "a handover to a leaving waiter was held")
 	// Nothing is left behind: no holder, no place.
 	require.Eventually(t, func() bool {
