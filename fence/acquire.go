@@ -79,7 +79,6 @@ func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (
 	// the wait, not at ctx's later deadline.
 	wctx, cancel := waitContext(ctx, cfg, start)
 	defer cancel()
-	until := waitEnd(ctx, cfg)
 	// Uncontended path: one round trip, no subscription; a held lock
 	// queues the caller in the same round trip. When this client's
 	// subscription of the name is warm (other waiters use it, or it
@@ -89,7 +88,7 @@ func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (
 	warm := c.notify.warm(k.channel)
 	if warm {
 		w = c.newWaiter(name, k, cfg, holder)
-		w.until = until
+		w.until = waitEnd(ctx, cfg)
 		warm = c.notify.register(w)
 	}
 	sent := time.Now()
@@ -111,7 +110,7 @@ func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (
 	}
 	if w == nil {
 		w = c.newWaiter(name, k, cfg, holder)
-		w.until = until
+		w.until = waitEnd(ctx, cfg) // formatted only for a wait: the outage warning's
 		c.notify.register(w)
 	}
 	next := w.answered(rep, sent, err)
@@ -175,13 +174,14 @@ func pttlDuration(pttl int64) time.Duration {
 // context's error. Other Redis errors are the attempt's, with the name;
 // fence's own (ErrClosed, *ReplicaSyncError) pass as they are.
 func (c *Client) attemptErr(ctx context.Context, name string, err, last error) error {
+	if err == nil {
+		return nil // before the targets of errors.As, which live on the heap
+	}
 	var (
 		rse    *ReplicaSyncError
 		unsent unsentError
 	)
 	switch {
-	case err == nil:
-		return nil
 	case errors.Is(err, ErrClosed) || errors.As(err, &rse):
 		return err
 	case ctxEnded(ctx):
@@ -342,7 +342,7 @@ func (c *Client) adopt(ctx context.Context, name string, k keys, cfg config, val
 	}
 	// The holder and the value share one string (no copies).
 	l := &Lock{c: c, name: name, keys: k, holder: holderOf(value), token: tok,
-		value: value, valueArg: value, fixed: cfg.fixed, acquiredAt: start,
+		value: value, valueArgs: [1]any{value}, fixed: cfg.fixed, acquiredAt: start,
 		sched: lockSched{lease: cfg.lease, leaseArg: cfg.leaseArg, renewAt: start.Add(px / 3), idx: -1}}
 	l.scriptKeys = scriptKeysOf(k, &cfg)
 	l.keyArgs = l.scriptKeys[:1:1]

@@ -152,7 +152,7 @@ func (e *Election) Proclaim(ctx context.Context, term *Lock, value string) error
 	if err := term.Err(); err != nil {
 		return ended(term, "ended before Proclaim", err)
 	}
-	res, other, err := parseRenew(e.c.runScript(ctx, e.scripts.proclaim, e.keys, term.valueArg, value))
+	res, other, err := parseRenew(e.c.runScript(ctx, e.scripts.proclaim, e.keys, term.valueArgs[0], value))
 	if err != nil {
 		e.c.refreshTopology(err)
 		return fmt.Errorf("fence: proclaim %q: %w", e.name, e.c.withFix(err))

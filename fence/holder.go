@@ -64,5 +64,13 @@ func newHolderID() string {
 func holderID(process string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go ≥ 1.24)
-	return process + ":" + base64.RawURLEncoding.EncodeToString(b[:])
+	var enc [11]byte       // base64.RawURLEncoding.EncodedLen(8)
+	base64.RawURLEncoding.Encode(enc[:], b[:])
+	// One allocation per acquisition call: the id's own.
+	var id strings.Builder
+	id.Grow(len(process) + 1 + len(enc))
+	id.WriteString(process)
+	id.WriteByte(':')
+	id.Write(enc[:])
+	return id.String()
 }

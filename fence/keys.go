@@ -63,19 +63,26 @@ type keys struct {
 	queue   string // waiting holder ids, in arrival order (a list)
 	waiters string // holder id -> "<deadline ms>:<grant lease ms>" (a hash)
 	channel string // grants and release notifications
+	// script is {lock, seq, queue, waiters}: the keys of acquire.lua,
+	// release.lua and leave.lua, made once per acquisition and shared by
+	// its calls (never written to).
+	script []string
 }
 
 func keysFor(prefix, name string) keys {
-	// One allocation on the acquire path: the keys are slices of
-	// "<base>:seq<base>:q<base>:w<base>:ch".
+	// Two allocations on the acquire path: the keys are slices of
+	// "<base>:seq<base>:q<base>:w<base>:ch", and the scripts' keys one
+	// slice of them.
 	base := len(prefix) + len(name) + 2
 	s := prefix + "{" + name + "}:seq" + prefix + "{" + name + "}:q" + prefix + "{" + name + "}:w" +
 		prefix + "{" + name + "}:ch"
 	q := base + 4
 	w := q + base + 2
 	ch := w + base + 2
-	return keys{lock: s[:base], seq: s[:base+4], queue: s[q : q+base+2], waiters: s[w : w+base+2], channel: s[ch:]}
+	k := keys{lock: s[:base], seq: s[:base+4], queue: s[q : q+base+2], waiters: s[w : w+base+2], channel: s[ch:]}
+	k.script = []string{k.lock, k.seq, k.queue, k.waiters}
+	return k
 }
 
 // scriptKeys are the keys of acquire.lua, release.lua and leave.lua.
-func (k keys) scriptKeys() []string { return []string{k.lock, k.seq, k.queue, k.waiters} }
+func (k keys) scriptKeys() []string { return k.script }

@@ -22,10 +22,11 @@ type Lock struct {
 	value string
 	// Script arguments made once per lock rather than per renewal:
 	// scriptKeys are release.lua's keys, keyArgs is {lock key} (renew.lua's),
-	// valueArg is value boxed.
+	// valueArgs is {value} boxed: release.lua's arguments, and renew.lua's
+	// first.
 	scriptKeys []string
 	keyArgs    []string
-	valueArg   any
+	valueArgs  [1]any
 	fixed      bool
 	// elect is the election whose term this is (Campaign), nil for a
 	// lock: its release is the election's script.
@@ -139,7 +140,7 @@ func (l *Lock) setDeadlineFrom(start time.Time, lease time.Duration) {
 
 // renewCall is the renewal of l for leaseArg, a lease in ms.
 func (l *Lock) renewCall(leaseArg any) scriptCall {
-	return scriptCall{keys: l.keyArgs, args: []any{l.valueArg, leaseArg}}
+	return scriptCall{keys: l.keyArgs, args: []any{l.valueArgs[0], leaseArg}}
 }
 
 // Refresh extends a fixed-lease lock ([WithFixedLease]) to lease from now

@@ -51,7 +51,7 @@ func (l *Lock) Release(ctx context.Context) error {
 // releaseCall is l's release: release.lua, the election's for a term
 // (nil script: the client's, which the caller passes).
 func (l *Lock) releaseCall() scriptCall {
-	call := scriptCall{keys: l.scriptKeys, args: []any{l.valueArg}}
+	call := scriptCall{keys: l.scriptKeys, args: l.valueArgs[:]}
 	if l.elect != nil {
 		call.script = l.elect.scripts.release
 	}
