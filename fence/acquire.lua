@@ -1,5 +1,6 @@
--- Acquire a lock, or wait for it in its queue, in one round trip (after
--- queue.lua, which defines the keys and the shared functions).
+-- Acquire a lock, or wait for it in its queue, in one round trip (with
+-- queue.lua, which defines the keys and the shared functions, put in at
+-- the "--@" lines).
 -- ARGV[1] holder, ARGV[2] lease (ms), ARGV[3] the mode: 't' try (never
 -- queue), 'w' wait (join the queue when not acquired), 'b' heartbeat of a
 -- waiter (stay in the queue, never join it); for 'w' and 'b' followed by
@@ -32,6 +33,7 @@
 -- the GET.
 local me, mode = ARGV[1], string.byte(ARGV[3])
 local beat = mode == 98 -- 'b'
+--@tokens
 
 if not beat and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   -- Free, nobody queued.
@@ -40,6 +42,7 @@ if not beat and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   --elect began(v, me, ARGV[2], ARGV[4])
   return v
 end
+--@queue
 
 -- wait_here keeps the caller's place (q: the queue's functions) and
 -- reports whether it is queued, as 1 or 0.

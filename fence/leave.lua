@@ -1,11 +1,14 @@
--- A waiter leaves the queue without the lock (its wait ended), after
--- queue.lua, which defines the keys and the shared functions.
+-- A waiter leaves the queue without the lock (its wait ended), with
+-- queue.lua, which defines the keys and the shared functions, put in at
+-- the "--@" lines.
 -- ARGV[1] holder.
 -- A handover that raced the leave (the lock is already this holder's) is
 -- passed on at once, never held for a lease; a free lock goes to the next
 -- live waiter (the head may be waiting for a call to hand it over).
 -- Returns 0 left, or what release.lua returns when it passed on a
 -- handover.
+--@tokens
+--@queue
 local me = ARGV[1]
 --elect redis.call('HDEL', KEYS[6], me)
 if redis.call('HDEL', KEYS[4], me) == 1 then

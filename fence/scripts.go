@@ -56,6 +56,14 @@ type scriptSet struct {
 	proclaim                *redis.Script // elections only
 }
 
+// The lines of acquire.lua, release.lua and leave.lua where queue.lua's
+// two parts go: its token rule (now, next_token), and what follows its
+// own queueMark line (queue).
+const (
+	tokensMark = "--@tokens\n"
+	queueMark  = "--@queue\n"
+)
+
 // electLine is the marker of a line that is code only in an election's
 // scripts (see elect.lua).
 var electLine = regexp.MustCompile(`(?m)^(\s*)--elect `)
@@ -67,11 +75,27 @@ func newScriptSet(publish string, elect bool) scriptSet {
 		head += electLua
 		body = func(s string) string { return electLine.ReplaceAllString(s, "$1") }
 	}
-	queue := head + body(queueLua)
+	tokens, queue, ok := strings.Cut(body(queueLua), queueMark)
+	if !ok {
+		panic("fence: queue.lua has no " + queueMark + " line")
+	}
+	// queue.lua's two parts go in at each script's marker lines, so that
+	// a path that ends before them does not define what it does not use
+	// (see queue.lua).
+	compose := func(script string) *redis.Script {
+		s := body(script)
+		for _, part := range [...]struct{ mark, lua string }{{tokensMark, tokens}, {queueMark, queue}} {
+			if strings.Count(s, part.mark) != 1 {
+				panic("fence: a script needs one " + part.mark + " line")
+			}
+			s = strings.Replace(s, part.mark, part.lua, 1)
+		}
+		return redis.NewScript(head + s)
+	}
 	set := scriptSet{
-		acquire: redis.NewScript(queue + body(acquireLua)),
-		release: redis.NewScript(queue + body(releaseLua)),
-		leave:   redis.NewScript(queue + body(leaveLua)),
+		acquire: compose(acquireLua),
+		release: compose(releaseLua),
+		leave:   compose(leaveLua),
 	}
 	if elect {
 		set.proclaim = redis.NewScript(head + proclaimLua)
