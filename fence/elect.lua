@@ -1,5 +1,5 @@
--- Elections (put in front of queue.lua in an election's scripts, after the
--- line that sets publish). An election is the lock of its name: its terms
+-- Elections (put at the top of an election's scripts, after the line
+-- that sets publish, before the script and queue.lua's parts). An election is the lock of its name: its terms
 -- are the lock's holdings, its candidates the lock's queue. What a lock
 -- lacks is kept here: the leader's value, a record of the last term that
 -- outlives it, and a channel that tells observers of every change.

@@ -1,5 +1,6 @@
--- Shared by acquire.lua, release.lua and leave.lua, which it is put in
--- front of: the token rule, the queue of waiters, and the handover.
+-- Shared by acquire.lua, release.lua and leave.lua, which it is put into
+-- (at their "--@" lines, see below): the token rule, the queue of
+-- waiters, and the handover.
 --
 -- KEYS[1] lock: '<token>:<holder>' with a PX expiry
 -- KEYS[2] token counter
@@ -12,7 +13,7 @@
 -- routes it by the same hash tag, to the lock's slot), so it is derived
 -- here rather than sent with every call. publish, the command that
 -- notifies ('PUBLISH', or 'SPUBLISH' for a cluster's sharded pub/sub), is
--- set by the line put in front of this file (see scripts.go): a script per
+-- set by the line at the top of each script (see scripts.go): a script per
 -- kind instead of an argument per call.
 --
 -- A holder id is in the queue iff it has a field in the waiters hash: a

@@ -43,12 +43,12 @@ var (
 // scriptSet is acquire.lua, release.lua and leave.lua for one way of
 // notifying waiters: PUBLISH, or SPUBLISH on a cluster (sharded pub/sub).
 // They share queue.lua's functions, so that an acquisition and a handover
-// follow one token rule. The command is a line in front of queue.lua
+// follow one token rule. The command is a line at the top of each script
 // rather than an argument of every call: each argument costs the server
 // more than the line does.
 //
-// An election's set (elect) is the same scripts with elect.lua in front of
-// queue.lua and their "--elect " lines made code, plus proclaim.lua: a
+// An election's set (elect) is the same scripts with elect.lua after that
+// line, before the script, and their "--elect " lines made code, plus proclaim.lua: a
 // script per kind again, so that a lock's scripts carry nothing of
 // elections, not even a test.
 type scriptSet struct {
