@@ -207,7 +207,7 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 		return err
 	}
 
-	if err := fn(ctx, txn.Tx()); err != nil {
+	if err := fn(withTxn(ctx, txn), txn.Tx()); err != nil {
 		if m, ok := store.(ErrorMapper); ok {
 			// e.g. a protect trigger's refusal inside fn becomes the
 			// store's typed error.
