@@ -139,7 +139,7 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 		if o == nil {
 			return Result{}, fmt.Errorf("%w: nil Option", ErrInvalidOption)
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return Result{}, err
 		}
 	}

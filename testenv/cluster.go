@@ -15,7 +15,9 @@ import (
 )
 
 // ClusterOption configures a Redis Cluster started by testenv.
-type ClusterOption func(*clusterConfig)
+type ClusterOption interface {
+	apply(*clusterConfig) error
+}
 
 type clusterConfig struct {
 	masters      int
@@ -28,28 +30,32 @@ type clusterConfig struct {
 // WithMasters sets the number of masters (default 3; at least 1). Automatic
 // failover needs a majority of masters alive to vote, so 3 is the least
 // that survives the loss of one.
-func WithMasters(n int) ClusterOption { return func(c *clusterConfig) { c.masters = n } }
+func WithMasters(n int) ClusterOption {
+	return optionFunc[clusterConfig](func(c *clusterConfig) error { c.masters = n; return nil })
+}
 
 // WithReplicas sets the number of replicas per master (default 1).
-func WithReplicas(m int) ClusterOption { return func(c *clusterConfig) { c.replicas = m } }
+func WithReplicas(m int) ClusterOption {
+	return optionFunc[clusterConfig](func(c *clusterConfig) error { c.replicas = m; return nil })
+}
 
 // WithNodeTimeout sets cluster-node-timeout (default 1 s): how long a node
 // may not answer before it is failed and its replica promoted. Production
 // default is 15 s; a short one keeps failover tests to seconds.
 func WithNodeTimeout(d time.Duration) ClusterOption {
-	return func(c *clusterConfig) { c.nodeTimeout = d }
+	return optionFunc[clusterConfig](func(c *clusterConfig) error { c.nodeTimeout = d; return nil })
 }
 
 // WithRequireFullCoverage sets cluster-require-full-coverage (default yes,
 // as Redis): with no, the cluster keeps serving the slots it still has when
 // a master is lost with no replica to promote.
 func WithRequireFullCoverage(on bool) ClusterOption {
-	return func(c *clusterConfig) { c.fullCoverage = on }
+	return optionFunc[clusterConfig](func(c *clusterConfig) error { c.fullCoverage = on; return nil })
 }
 
 // WithClusterNodeArgs passes extra redis-server arguments to every node.
 func WithClusterNodeArgs(args ...string) ClusterOption {
-	return func(c *clusterConfig) { c.args = append(c.args, args...) }
+	return optionFunc[clusterConfig](func(c *clusterConfig) error { c.args = append(c.args, args...); return nil })
 }
 
 // FailoverMode is the variant of CLUSTER FAILOVER that [ClusterNode.Failover]
@@ -101,8 +107,8 @@ type ClusterNode struct {
 // Stop.
 func StartRedisCluster(ctx context.Context, opts ...ClusterOption) (*Cluster, error) {
 	cfg := clusterConfig{masters: 3, replicas: 1, nodeTimeout: time.Second, fullCoverage: true}
-	for _, o := range opts {
-		o(&cfg)
+	if err := applyOptions(&cfg, opts); err != nil {
+		return nil, err
 	}
 	if cfg.masters < 1 || cfg.replicas < 0 {
 		return nil, fmt.Errorf("testenv: cluster of %d masters with %d replicas each: want at least 1 master and no negative replica count", cfg.masters, cfg.replicas)
