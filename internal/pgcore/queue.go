@@ -140,7 +140,7 @@ func QueueOf[Tx any](ctx context.Context, tx Tx) (*CommitQueue, error) {
 		}
 		return nil, fmt.Errorf("%w (got a %T whose savepoint has ended)", ErrNotGuardedTx, tx)
 	}
-	if any(tx) == nil {
+	if v := reflect.ValueOf(tx); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, fmt.Errorf("%w (tx is nil)", ErrNotGuardedTx)
 	}
 	txn, ok := guard.OpenTxn[Tx](ctx)
