@@ -14,14 +14,8 @@ import (
 // fn fails, not after a refused claim, not when one of them fails; and a
 // tx that is no longer an open guarded transaction refuses them.
 func (s *suite[Tx]) commitQueue(t *testing.T) {
-	switch {
-	case s.h.OnCommit == nil && s.h.CommitQueue:
-		t.Fatal("Harness.CommitQueue is deprecated and no longer enough: set Harness.OnCommit (and ErrNotOpen) to the store's way of queueing a statement for the commit")
-	case s.h.OnCommit == nil:
-		t.Log("Harness.OnCommit is nil: the store has no commit queue")
+	if !s.hasCommitQueue(t) {
 		return
-	case s.h.ErrNotOpen == nil:
-		t.Fatal("Harness.ErrNotOpen is nil: set it to the error the store's OnCommit returns once Exec has ended")
 	}
 	ctx := ctxFor(t)
 	store := s.db.NewStore(t)
@@ -94,4 +88,19 @@ func (s *suite[Tx]) commitQueue(t *testing.T) {
 	if q := queued("overtaken"); q != 0 {
 		t.Errorf("an overtaken holder's queued statement committed (%d rows)", q)
 	}
+}
+
+// hasCommitQueue says whether the harness gives a commit queue to check,
+// and fails the test for a harness that asks for the check without one.
+func (s *suite[Tx]) hasCommitQueue(t *testing.T) bool {
+	switch {
+	case s.h.OnCommit == nil && s.h.CommitQueue:
+		t.Fatal("Harness.CommitQueue is deprecated and no longer enough: set Harness.OnCommit (and ErrNotOpen) to the store's way of queueing a statement for the commit")
+	case s.h.OnCommit == nil:
+		t.Log("Harness.OnCommit is nil: the store has no commit queue")
+		return false
+	case s.h.ErrNotOpen == nil:
+		t.Fatal("Harness.ErrNotOpen is nil: set it to the error the store's OnCommit returns once Exec has ended")
+	}
+	return true
 }
