@@ -2,6 +2,10 @@
 // write: [Exec] runs a lease holder's writes in one transaction that commits
 // only if the lease's token is still the newest the store has seen for the
 // lease's resource, and, with [WithKey], only once per idempotency key.
+// guard owns that contract and nothing of any database: a store is a
+// [Store] of its own transaction type Tx, and the seam between them is
+// typed end to end, from Exec to fn's tx and to code fn calls, which finds
+// the open transaction through fn's context ([OpenTxn]).
 //
 // A lease is anything with Name, Token and Holder ([Lease]); a *fence.Lock
 // is one, without either package importing the other. The store decides

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fencelock/fencelock/internal/oneline"
@@ -91,13 +90,6 @@ type Result struct {
 // a cancelled context.
 const RollbackTimeout = 10 * time.Second
 
-type doner interface{ Done() <-chan struct{} }
-type errer interface{ Err() error }
-type contexter interface {
-	doner
-	Context() context.Context
-}
-
 // Exec runs fn in one transaction of store that commits only if lease's
 // token is still the newest the store has seen for lease.Name() (see the
 // package documentation for the steps). The transaction belongs to Exec:
@@ -139,7 +131,7 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 		if o == nil {
 			return Result{}, fmt.Errorf("%w: nil Option", ErrInvalidOption)
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return Result{}, err
 		}
 	}
@@ -151,42 +143,29 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 	defer func() { err = interrupted(err, c.Key) }()
 	// The lease first: ctx may be the lease's own context (lock.Context()),
 	// and its loss must be named as such.
-	if err := leaseLost(lease, nil); err != nil {
+	w := watch{lease: lease}
+	if err := w.lost(nil); err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-
-	// fn's context ends with ctx or with the lease, whichever first; its
-	// cause is then a *LeaseLostError with the lease's own cause. The
-	// commit runs with the caller's ctx (parent), see below.
-	parent := ctx
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	switch l := lease.(type) {
-	case contexter:
-		// A lease with a context (*fence.Lock): a callback, no goroutine.
-		lctx := l.Context()
-		stop := context.AfterFunc(lctx, func() { cancel(&LeaseLostError{Cause: context.Cause(lctx)}) })
-		defer stop()
-	case doner:
-		stop := watchLease(l.Done(), func() { cancel(&LeaseLostError{Cause: leaseCause(lease)}) })
-		defer stop()
+	if err := run(ctx, &w, store, c, fn); err != nil {
+		return Result{}, err
 	}
+	return Result(c), nil
+}
 
-	// fail names a lost lease in any error: the driver reports a
-	// cancelled context ("context canceled"), the lease knows why.
-	fail := func(err error) error {
-		if lerr := leaseLost(lease, err); lerr != nil {
-			return lerr
-		}
-		return withLeaseCause(ctx, err)
-	}
-
+// run is Exec's transaction: begin, fn, commit, with every error named by
+// w (a lost lease is the one cause it names, whichever step it ended).
+func run[Tx any](parent context.Context, w *watch, store Store[Tx], c Claim, fn func(ctx context.Context, tx Tx) error) error {
+	// fn's context ends with parent or with the lease, whichever first;
+	// the commit runs with parent (see watch.commitContext).
+	ctx, stop := w.start(parent)
+	defer stop()
 	txn, err := store.Begin(ctx, c)
 	if err != nil {
-		return Result{}, fail(err)
+		return w.named(ctx, err)
 	}
 	// ended is set once the transaction is committed or rolled back; the
 	// deferred rollback is for a panic in fn.
@@ -206,86 +185,31 @@ func Exec[Tx any](ctx context.Context, store Store[Tx], lease Lease, fn func(ctx
 		}
 		return err
 	}
-
-	if err := fn(ctx, txn.Tx()); err != nil {
+	if err := fn(withTxn(ctx, txn), txn.Tx()); err != nil {
 		if m, ok := store.(ErrorMapper); ok {
 			// e.g. a protect trigger's refusal inside fn becomes the
 			// store's typed error.
 			err = m.MapError(err)
 		}
-		return Result{}, abort(fail(err))
+		return abort(w.named(ctx, err))
 	}
 	// Last fast-path check: a lease known to be lost does not commit.
-	if err := leaseLost(lease, nil); err != nil {
-		return Result{}, abort(err)
+	if err := w.lost(nil); err != nil {
+		return abort(err)
 	}
 	if err := context.Cause(ctx); err != nil {
-		return Result{}, abort(fail(err))
+		return abort(w.named(ctx, err))
 	}
-	// From here the store decides. The commit must not be interrupted by
-	// the lease's loss: cancelling a COMMIT in flight cuts the connection,
-	// the server may commit anyway, and Exec would report a failure for a
-	// committed transaction. A holder that lost its lease while the commit
-	// is on its way is rejected by the store's claim if another holder has
-	// claimed since, and commits otherwise (no newer holder has written).
+	// From here the store decides: the lease's loss no longer interrupts
+	// (see watch.commitContext). The lease may still be lost while the
+	// commit runs: the error says so, the caller's next step depends on it.
 	ended = true
-	cctx, cancelCommit := commitContext(parent, lease)
+	cctx, cancelCommit := w.commitContext(parent)
 	defer cancelCommit()
 	if err := txn.Commit(cctx); err != nil {
-		// The lease may have been lost while the commit ran (it did not
-		// cancel it): say so, the caller's next step depends on it.
-		return Result{}, fail(err)
+		return w.named(ctx, err)
 	}
-	return Result(c), nil
-}
-
-// CommitTimeout bounds a commit that is already on its way when the lease
-// is lost and the lease's loss cancels ctx (ctx derived from the lease's
-// own context, as with Exec(lock.Context(), ...)).
-const CommitTimeout = 30 * time.Second
-
-// commitContext is the context of the commit: parent, except that a
-// cancellation of parent caused by the lease's loss does not interrupt
-// it (that would cut a COMMIT in flight and make its outcome unknown; the
-// store decides). Such a commit is bounded by parent's deadline, if any,
-// and CommitTimeout.
-func commitContext(parent context.Context, lease Lease) (context.Context, context.CancelFunc) {
-	if _, ok := lease.(doner); !ok {
-		return parent, func() {}
-	}
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
-	if dl, ok := parent.Deadline(); ok {
-		var cancelDl context.CancelFunc
-		ctx, cancelDl = context.WithDeadline(ctx, dl)
-		prev := cancel
-		cancel = func(cause error) { cancelDl(); prev(cause) }
-	}
-	var (
-		mu       sync.Mutex
-		capTimer *time.Timer
-		done     bool
-	)
-	stop := context.AfterFunc(parent, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case done:
-		case errors.Is(parent.Err(), context.Canceled) && leaseLost(lease, nil) != nil:
-			capTimer = time.AfterFunc(CommitTimeout, func() { cancel(context.DeadlineExceeded) })
-		default:
-			cancel(context.Cause(parent))
-		}
-	})
-	return ctx, func() {
-		stop()
-		mu.Lock()
-		done = true
-		if capTimer != nil {
-			capTimer.Stop()
-		}
-		mu.Unlock()
-		cancel(nil)
-	}
+	return nil
 }
 
 // rollback rolls txn back even when ctx is cancelled, without hanging on
@@ -316,77 +240,4 @@ func NewClaim(lease Lease) (Claim, error) {
 		return Claim{}, fmt.Errorf("%w: resource or holder contains a NUL byte", ErrInvalidLease)
 	}
 	return c, nil
-}
-
-// LeaseLost returns nil while lease holds (or cannot tell: it has no
-// Done method), else a *LeaseLostError with the lease's cause and err
-// (what the loss ended, or nil). Stores' calls of their own on a lease
-// (such as Advance) use it to refuse a lost, released or closed lease as
-// Exec refuses it.
-func LeaseLost(lease Lease, err error) error { return leaseLost(lease, err) }
-
-// leaseLost is the fast path: a lease that says it is lost does not start
-// or commit a transaction. It returns nil while the lease holds, else a
-// *LeaseLostError with the lease's cause and err (what the loss ended, or
-// nil).
-func leaseLost(lease Lease, err error) error {
-	d, ok := lease.(doner)
-	if !ok {
-		return nil
-	}
-	select {
-	case <-d.Done():
-	default:
-		return nil
-	}
-	var ll *LeaseLostError
-	if errors.As(err, &ll) {
-		return err
-	}
-	return &LeaseLostError{Cause: leaseCause(lease), Err: err}
-}
-
-// leaseCause is the lost lease's own reason: the cause of its context, or
-// its Err().
-func leaseCause(lease Lease) error {
-	if c, ok := lease.(contexter); ok {
-		if cause := context.Cause(c.Context()); cause != nil {
-			return cause
-		}
-	}
-	if e, ok := lease.(errer); ok {
-		return e.Err()
-	}
-	return nil
-}
-
-// watchLease calls lost when done closes; stop ends the watch and waits
-// for its goroutine.
-func watchLease(done <-chan struct{}, lost func()) (stop func()) {
-	quit := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-done:
-			lost()
-		case <-quit:
-		}
-	}()
-	return func() {
-		close(quit)
-		wg.Wait()
-	}
-}
-
-// withLeaseCause turns an error caused by the lease's loss cancelling the
-// transaction's context (a bare "context canceled" from the driver) into
-// a *LeaseLostError that names the loss and the lease's cause.
-func withLeaseCause(ctx context.Context, err error) error {
-	var cause *LeaseLostError
-	if !errors.As(context.Cause(ctx), &cause) || errors.As(err, new(*LeaseLostError)) {
-		return err
-	}
-	return &LeaseLostError{Cause: cause.Cause, Err: err}
 }

@@ -140,7 +140,7 @@ type ExecEvent struct {
 // store's, see [ObservedStore]). o must implement at least one of the
 // event interfaces listed at [Observer].
 func WithObserver(o Observer) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if o == nil {
 			return fmt.Errorf("%w: WithObserver(nil): pass an observer, or omit the option", ErrInvalidOption)
 		}
@@ -149,20 +149,20 @@ func WithObserver(o Observer) Option {
 		}
 		c.observers = append(c.observers[:len(c.observers):len(c.observers)], o)
 		return nil
-	}
+	})
 }
 
 // WithLogger logs this Exec call's outcome to l, one line (see
 // [NewLogObserver]); the stores' WithLogger does it for every call. l
 // must not be nil.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if l == nil {
 			return fmt.Errorf("%w: WithLogger(nil): pass a logger, or omit the option", ErrInvalidOption)
 		}
 		c.observers = append(c.observers[:len(c.observers):len(c.observers)], NewLogObserver(l))
 		return nil
-	}
+	})
 }
 
 func isObserver(o Observer) bool {

@@ -5,8 +5,17 @@ import (
 	"strings"
 )
 
-// Option configures one Exec call.
-type Option func(*config) error
+// Option configures one Exec call; the With… functions of this package
+// make them. Exec applies them in order and returns the first one's
+// error, which matches ErrInvalidOption.
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc is an Option as a function.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	key       string
@@ -18,7 +27,7 @@ type config struct {
 // before (by any holder), fn does not run and Exec returns
 // ErrAlreadyApplied. An empty key is an error.
 func WithKey(idempotencyKey string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if idempotencyKey == "" {
 			return fmt.Errorf("%w: WithKey: empty idempotency key: pass a key that names the batch (e.g. \"sync-2026-11-30-batch-7\")", ErrInvalidOption)
 		}
@@ -27,5 +36,5 @@ func WithKey(idempotencyKey string) Option {
 		}
 		c.key = idempotencyKey
 		return nil
-	}
+	})
 }

@@ -68,8 +68,10 @@ func Example_prometheus() {
 		}
 	}
 
-	// Worker A writes batch 1, then stalls until its lease is over.
-	a, err := locks.Acquire(ctx, "stock-sync:eu", fence.WithFixedLease(200*time.Millisecond))
+	// Worker A writes batch 1, then stalls until its lease is over. The
+	// lease leaves the write ample time on a loaded machine: the lock is
+	// lost after the write, not during it.
+	a, err := locks.Acquire(ctx, "stock-sync:eu", fence.WithFixedLease(2*time.Second))
 	must(err)
 	_, err = guard.Exec(ctx, store, a, batch("sku-1"), guard.WithKey("batch-1"))
 	must(err)

@@ -86,7 +86,7 @@ func New(opts ...Option) (*Observer, error) {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}

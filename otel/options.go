@@ -9,7 +9,14 @@ import (
 )
 
 // Option configures New.
-type Option func(*config) error
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc is an Option as a function.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	mp      metric.MeterProvider
@@ -23,25 +30,25 @@ type config struct {
 // WithMeterProvider sets where the metrics go (default: the global one,
 // otel.GetMeterProvider(), as it is when New runs).
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if mp == nil {
 			return fmt.Errorf("%w: WithMeterProvider(nil): pass a provider, or omit the option for the global one", ErrInvalidOption)
 		}
 		c.mp = mp
 		return nil
-	}
+	})
 }
 
 // WithTracerProvider sets where the spans go (default: the global one,
 // otel.GetTracerProvider(), as it is when New runs).
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if tp == nil {
 			return fmt.Errorf("%w: WithTracerProvider(nil): pass a provider, or omit the option for the global one", ErrInvalidOption)
 		}
 		c.tp = tp
 		return nil
-	}
+	})
 }
 
 // WithNameAttribute adds the lock name (fencelock.lock.name) and the
@@ -51,8 +58,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // handful of fixed lock names and costly for one lock per customer or
 // batch. Spans always carry them.
 func WithNameAttribute() Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		c.names = true
 		return nil
-	}
+	})
 }

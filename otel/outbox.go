@@ -154,7 +154,7 @@ func (o *Observer) OnRelayError(ctx context.Context, e outbox.ErrorEvent) {
 // error (fencelock.outbox.errors, op backlog). One process per database is
 // enough.
 func WithOutboxBacklog(db outbox.DB, every time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if db == nil {
 			return fmt.Errorf("%w: WithOutboxBacklog(nil, ...): pass the *pgxpool.Pool of the outbox's database", ErrInvalidOption)
 		}
@@ -166,7 +166,7 @@ func WithOutboxBacklog(db outbox.DB, every time.Duration) Option {
 		}
 		c.backlog = &backlog{db: db, every: every}
 		return nil
-	}
+	})
 }
 
 // backlog is the reading of WithOutboxBacklog.

@@ -68,7 +68,10 @@ var sqlAddValues = func() [maxValuesRows + 1]pgcore.Rows {
 
 // Add records effects in tx, the transaction that guard.Exec (or a Run's
 // Step) gives fn, of pgfence (a pgx.Tx, or a savepoint of it) or sqlfence
-// (a *sql.Tx): they are written to fencelock.outbox in that transaction,
+// (a *sql.Tx); ctx is the context fn received, or one derived from it
+// (a *sql.Tx carries nothing of its own: its guarded transaction is found
+// through that context, see guard.OpenTxn). Tx is the store's handle type,
+// inferred from tx. The effects are written to fencelock.outbox in that transaction,
 // go out only if it commits through the commit's check of its claim, and
 // are delivered by a Relay once it has committed. If the transaction does
 // not commit — fn returns an error, panics or its context ends, the token
@@ -89,18 +92,23 @@ var sqlAddValues = func() [maxValuesRows + 1]pgcore.Rows {
 //
 // An effect Add refuses (ErrInvalidEffect: an empty destination or key,
 // a payload over MaxPayload, headers that are not valid HTTP), a tx that
-// is not an open guarded transaction (ErrNotGuarded) or an ended ctx is
+// is not an open guarded transaction or a *sql.Tx with a ctx that fn did
+// not receive (ErrNotGuarded), or an ended ctx is
 // an error, nothing of the call is sent or recorded, and the transaction
 // is still fn's, which decides whether to return the error. With sqlfence
 // an insert the database refuses is its error (the transaction is then
 // aborted, as by any failed statement); a refused privilege (INSERT on
 // fencelock.outbox revoked from the role) matches guard.ErrPermission and
 // names the GRANT, as the commit's error does with pgfence.
-func Add(ctx context.Context, tx any, effects ...Effect) error {
+func Add[Tx any](ctx context.Context, tx Tx, effects ...Effect) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("outbox: add: %w", err)
 	}
-	claim, err := pgcore.ClaimOf(tx)
+	q, err := pgcore.QueueOf(ctx, tx)
+	if err != nil {
+		return addError(err)
+	}
+	claim, err := q.ClaimOf()
 	if err != nil {
 		return addError(err)
 	}
@@ -108,28 +116,32 @@ func Add(ctx context.Context, tx any, effects ...Effect) error {
 	if err != nil {
 		return err
 	}
-	if err := pgcore.Write(ctx, tx, rows); err != nil {
+	if err := q.Write(ctx, rows); err != nil {
 		return addError(err)
 	}
 	// Registered after the statement: an Add that queued nothing wakes no
 	// one.
-	if err := pgcore.AfterCommit(tx, wakeAll); err != nil {
+	if err := q.AfterCommit(wakeAll); err != nil {
 		return addError(err)
 	}
 	return nil
 }
 
-// Notify makes tx's commit also NOTIFY channel fencelock_outbox, so that
+// Notify makes the commit of tx (with ctx, as for Add) also NOTIFY channel fencelock_outbox, so that
 // relays of other processes started WithListen wake at once rather than
 // at their next poll. Each transaction that notifies takes a lock shared
 // by the whole database while it commits: keep it for effects that are
 // rare and whose latency across processes matters. Behind a transaction
 // pooler no relay can listen: polling is what delivers.
-func Notify(ctx context.Context, tx any) error {
+func Notify[Tx any](ctx context.Context, tx Tx) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("outbox: notify: %w", err)
 	}
-	if err := pgcore.OnCommit(tx, `SELECT pg_notify('fencelock_outbox', '')`); err != nil {
+	q, err := pgcore.QueueOf(ctx, tx)
+	if err != nil {
+		return addError(err)
+	}
+	if err := q.OnCommit(`SELECT pg_notify('fencelock_outbox', '')`); err != nil {
 		return addError(err)
 	}
 	return nil

@@ -74,6 +74,18 @@ func stores(t *testing.T, db *testenv.DB) []store {
 	}
 }
 
+// add is outbox.Add on fn's tx held as any, with the store's handle type
+// restored: Add's Tx is the store's, as in an fn that a user writes.
+func add(ctx context.Context, tx any, effects ...outbox.Effect) error {
+	switch tx := tx.(type) {
+	case *sql.Tx:
+		return outbox.Add(ctx, tx, effects...)
+	case pgx.Tx:
+		return outbox.Add(ctx, tx, effects...)
+	}
+	return outbox.Add(ctx, tx, effects...)
+}
+
 func effect(rc *receiver, key string) outbox.Effect {
 	return outbox.Effect{Destination: rc.URL, Key: key, Payload: []byte("p-" + key)}
 }
@@ -96,7 +108,7 @@ func TestAddWithStores(t *testing.T) {
 				if err := s.write(ctx, tx, 1); err != nil {
 					return err
 				}
-				return outbox.Add(ctx, tx, effect(rc, s.name+"-1"), effect(rc, s.name+"-2"))
+				return add(ctx, tx, effect(rc, s.name+"-1"), effect(rc, s.name+"-2"))
 			}, guard.WithKey("batch-1"))
 			require.NoError(t, err)
 			eventually(t, func() bool { k := rc.keys(); return k[s.name+"-1"] == 1 && k[s.name+"-2"] == 1 }, "delivered on the commit's wake-up")
@@ -111,11 +123,11 @@ func TestAddWithStores(t *testing.T) {
 
 			fail := map[string]func(ctx context.Context, tx any) error{
 				"error": func(ctx context.Context, tx any) error {
-					require.NoError(t, outbox.Add(ctx, tx, effect(rc, s.name+"-error")))
+					require.NoError(t, add(ctx, tx, effect(rc, s.name+"-error")))
 					return errors.New("fn failed")
 				},
 				"panic": func(ctx context.Context, tx any) error {
-					require.NoError(t, outbox.Add(ctx, tx, effect(rc, s.name+"-panic")))
+					require.NoError(t, add(ctx, tx, effect(rc, s.name+"-panic")))
 					panic("fn panicked")
 				},
 			}
@@ -128,7 +140,7 @@ func TestAddWithStores(t *testing.T) {
 			}
 			cctx, cancel := context.WithCancel(ctx)
 			err = s.exec(cctx, guardtest.Lease{Resource: res, Tok: 10, Who: "a"}, func(ctx context.Context, tx any) error {
-				require.NoError(t, outbox.Add(ctx, tx, effect(rc, s.name+"-cancel")))
+				require.NoError(t, add(ctx, tx, effect(rc, s.name+"-cancel")))
 				cancel()
 				return nil
 			})
@@ -137,7 +149,7 @@ func TestAddWithStores(t *testing.T) {
 			// A newer holder commits while the old one is inside fn: the old
 			// one's commit is refused, its effect never recorded.
 			err = s.exec(ctx, guardtest.Lease{Resource: res, Tok: 10, Who: "a"}, func(ctx context.Context, tx any) error {
-				if err := outbox.Add(ctx, tx, effect(rc, s.name+"-stale")); err != nil {
+				if err := add(ctx, tx, effect(rc, s.name+"-stale")); err != nil {
 					return err
 				}
 				return s.exec(context.WithoutCancel(ctx), guardtest.Lease{Resource: res, Tok: 11, Who: "b"}, func(ctx context.Context, tx any) error { return s.write(ctx, tx, 2) })
@@ -146,7 +158,7 @@ func TestAddWithStores(t *testing.T) {
 			t.Log(err)
 			// The retry of the first batch, by the new holder.
 			err = s.exec(ctx, guardtest.Lease{Resource: res, Tok: 11, Who: "b"}, func(ctx context.Context, tx any) error {
-				return outbox.Add(ctx, tx, effect(rc, s.name+"-1"))
+				return add(ctx, tx, effect(rc, s.name+"-1"))
 			}, guard.WithKey("batch-1"))
 			require.ErrorIs(t, err, guard.ErrAlreadyApplied)
 
@@ -183,12 +195,12 @@ func TestAddBadInput(t *testing.T) {
 			}
 			err := s.exec(ctx, guardtest.Lease{Resource: "r-" + s.name, Tok: 1, Who: "a"}, func(ctx context.Context, tx any) error {
 				for want, e := range bad {
-					err := outbox.Add(ctx, tx, ok, e)
+					err := add(ctx, tx, ok, e)
 					require.ErrorIs(t, err, outbox.ErrInvalidEffect, want)
 					assert.Contains(t, err.Error(), "effect 1: ", want)
 					assert.Contains(t, err.Error(), want)
 				}
-				require.ErrorIs(t, outbox.Add(ctx, tx), outbox.ErrInvalidEffect, "no effect")
+				require.ErrorIs(t, add(ctx, tx), outbox.ErrInvalidEffect, "no effect")
 				return s.write(ctx, tx, 7)
 			})
 			require.NoError(t, err, "fn ignored the errors: its other writes commit")
@@ -316,7 +328,7 @@ func TestNotify(t *testing.T) {
 	_, err = guard.Exec(ctx, pg, guardtest.Lease{Resource: "r", Tok: 1, Who: "h"}, func(ctx context.Context, tx pgx.Tx) error { return outbox.Notify(ctx, tx) })
 	require.NoError(t, err)
 	eventually(t, func() bool { return rc.keys()["raw"] == 1 }, "delivered on NOTIFY")
-	require.ErrorIs(t, outbox.Notify(ctx, nil), outbox.ErrNotGuarded)
+	require.ErrorIs(t, outbox.Notify[pgx.Tx](ctx, nil), outbox.ErrNotGuarded)
 }
 
 // writeCounter counts a connection's writes to the server: pgx sends each
@@ -430,7 +442,7 @@ func TestAddRawCommit(t *testing.T) {
 	ctx := ctxT(t)
 	for _, s := range stores(t, db) {
 		err := s.exec(ctx, guardtest.Lease{Resource: "raw-" + s.name, Tok: 1, Who: "a"}, func(ctx context.Context, tx any) error {
-			if err := outbox.Add(ctx, tx, outbox.Effect{Destination: "d", Key: s.name}); err != nil {
+			if err := add(ctx, tx, outbox.Effect{Destination: "d", Key: s.name}); err != nil {
 				return err
 			}
 			var err error
@@ -498,7 +510,7 @@ func TestAddShapes(t *testing.T) {
 					effects, want = append(effects, e), append(want, r)
 				}
 				err := s.exec(ctx, guardtest.Lease{Resource: res, Tok: int64(n), Who: "h-" + s.name}, func(ctx context.Context, tx any) error {
-					return outbox.Add(ctx, tx, effects...)
+					return add(ctx, tx, effects...)
 				})
 				require.NoError(t, err, n)
 				assert.Equal(t, want, outboxRows(t, db, fmt.Sprintf("resource = '%s'", res)), "%d effects", n)

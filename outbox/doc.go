@@ -3,7 +3,10 @@
 // as rows of fencelock.outbox inside the transaction, so they commit with
 // its writes or not at all, and a [Relay] delivers the committed ones
 // afterwards through a [Sender] ([HTTPSender] is in the library; other
-// transports implement the interface).
+// transports implement the interface). The seam with the stores is the
+// commit queue of fn's transaction, which [Add] finds from fn's ctx and tx,
+// typed by the store's transaction type; outbox owns the rows, the relay
+// and the senders.
 //
 // # Recording effects
 //

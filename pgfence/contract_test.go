@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
@@ -23,7 +24,8 @@ func TestContract(t *testing.T) {
 		Run: func(s guard.Store[pgx.Tx], l guard.Lease, key string) guardtest.Runner[pgx.Tx] {
 			return s.(*pgfence.Store).Run(l, key)
 		},
-		CommitQueue: true,
+		OnCommit:   pgcore.OnCommit[pgx.Tx],
+		ErrNotOpen: pgcore.ErrNotGuardedTx,
 	})
 }
 
@@ -80,7 +82,8 @@ func TestContractPgBouncer(t *testing.T) {
 		Run: func(s guard.Store[pgx.Tx], l guard.Lease, key string) guardtest.Runner[pgx.Tx] {
 			return s.(*pgfence.Store).Run(l, key)
 		},
-		CommitQueue: true,
+		OnCommit:   pgcore.OnCommit[pgx.Tx],
+		ErrNotOpen: pgcore.ErrNotGuardedTx,
 	})
 }
 

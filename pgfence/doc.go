@@ -1,5 +1,9 @@
 // Package pgfence is the Postgres (pgx v5) backend of guard: *[Store]
-// implements guard.Store[pgx.Tx], so
+// implements guard.Store[pgx.Tx]. It owns the pgx driver (its pipelines,
+// prepared statements, the pgx.Tx fn gets, [Store.Protect]); the Postgres
+// core it shares with sqlfence (options, Advance, Prune, runs, the commit
+// queue that package outbox writes to) is internal, reached through the
+// pgx.Tx it hands fn. So
 //
 //	store, err := pgfence.New(pool) // *pgxpool.Pool or *pgx.Conn
 //	...

@@ -35,7 +35,7 @@ func TestOnCommit(t *testing.T) {
 				return err
 			}
 			for _, v := range queue {
-				if err := pgcore.OnCommit(tx, "INSERT INTO queued (v) VALUES ($1)", v); err != nil {
+				if err := pgcore.OnCommit(ctx, tx, "INSERT INTO queued (v) VALUES ($1)", v); err != nil {
 					return err
 				}
 			}
@@ -55,15 +55,15 @@ func TestOnCommit(t *testing.T) {
 	assert.EqualValues(t, 2, count(t, db.Pool, "SELECT count(*) FROM queued"))
 
 	_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
-		require.NoError(t, pgcore.OnCommit(tx, "INSERT INTO queued (v) VALUES ($1)", "kept"))
+		require.NoError(t, pgcore.OnCommit(ctx, tx, "INSERT INTO queued (v) VALUES ($1)", "kept"))
 		sp, err := tx.Begin(ctx)
 		require.NoError(t, err)
-		require.NoError(t, pgcore.OnCommit(sp, "INSERT INTO queued (v) VALUES ($1)", "dropped"))
+		require.NoError(t, pgcore.OnCommit(ctx, sp, "INSERT INTO queued (v) VALUES ($1)", "dropped"))
 		require.NoError(t, sp.Rollback(ctx))
-		assert.ErrorIs(t, pgcore.OnCommit(sp, "INSERT INTO queued (v) VALUES ($1)", "x"), pgcore.ErrNotGuardedTx, "a rolled-back savepoint")
+		assert.ErrorIs(t, pgcore.OnCommit(ctx, sp, "INSERT INTO queued (v) VALUES ($1)", "x"), pgcore.ErrNotGuardedTx, "a rolled-back savepoint")
 		sp, err = tx.Begin(ctx)
 		require.NoError(t, err)
-		require.NoError(t, pgcore.OnCommit(sp, "INSERT INTO queued (v) VALUES ($1)", "released"))
+		require.NoError(t, pgcore.OnCommit(ctx, sp, "INSERT INTO queued (v) VALUES ($1)", "released"))
 		return sp.Commit(ctx)
 	})
 	require.NoError(t, err)
@@ -77,12 +77,12 @@ func TestOnCommit(t *testing.T) {
 	plain, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = plain.Rollback(ctx) }()
-	err = pgcore.OnCommit(plain, "INSERT INTO queued (v) VALUES ('x')")
+	err = pgcore.OnCommit(ctx, plain, "INSERT INTO queued (v) VALUES ('x')")
 	assert.ErrorIs(t, err, pgcore.ErrNotGuardedTx, "a transaction of the pool's own")
-	assert.ErrorIs(t, pgcore.OnCommit(nil, "SELECT 1"), pgcore.ErrNotGuardedTx)
+	assert.ErrorIs(t, pgcore.OnCommit[pgx.Tx](ctx, nil, "SELECT 1"), pgcore.ErrNotGuardedTx)
 	_, err = guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
-		assert.ErrorIs(t, pgcore.OnCommit(tx, " "), guard.ErrInvalidInput, "an empty statement")
-		err := pgcore.OnCommit(tx, "SELECT $1", make(chan int))
+		assert.ErrorIs(t, pgcore.OnCommit(ctx, tx, " "), guard.ErrInvalidInput, "an empty statement")
+		err := pgcore.OnCommit(ctx, tx, "SELECT $1", make(chan int))
 		assert.ErrorIs(t, err, guard.ErrInvalidInput, "an argument pgx cannot encode")
 		return nil
 	})
@@ -108,7 +108,7 @@ func TestOnCommitPrepared(t *testing.T) {
 	exec := func(queue ...string) error {
 		_, err := guard.Exec(ctx, s, l, func(ctx context.Context, tx pgx.Tx) error {
 			for i, q := range queue {
-				if err := pgcore.OnCommit(tx, q, "v"+strconv.Itoa(i)); err != nil {
+				if err := pgcore.OnCommit(ctx, tx, q, "v"+strconv.Itoa(i)); err != nil {
 					return err
 				}
 			}

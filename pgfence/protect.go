@@ -52,7 +52,7 @@ func (s *Store) Protect(ctx context.Context, table string, opts ...ProtectOption
 		if o == nil {
 			return fmt.Errorf("%w: nil ProtectOption", guard.ErrInvalidOption)
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return err
 		}
 	}
@@ -77,7 +77,14 @@ func (s *Store) Protect(ctx context.Context, table string, opts ...ProtectOption
 }
 
 // ProtectOption configures Protect.
-type ProtectOption func(*protectConfig) error
+type ProtectOption interface {
+	apply(*protectConfig) error
+}
+
+// protectOptionFunc is a ProtectOption as a function.
+type protectOptionFunc func(*protectConfig) error
+
+func (f protectOptionFunc) apply(c *protectConfig) error { return f(c) }
 
 type protectConfig struct{ resource string }
 
@@ -86,7 +93,7 @@ type protectConfig struct{ resource string }
 // (the lock name that guards the table), so a holder of another lock cannot
 // write to it. Calling Protect again replaces the binding.
 func ForResource(resource string) ProtectOption {
-	return func(c *protectConfig) error {
+	return protectOptionFunc(func(c *protectConfig) error {
 		if resource == "" {
 			return fmt.Errorf("%w: ForResource: empty resource name", guard.ErrInvalidOption)
 		}
@@ -98,7 +105,7 @@ func ForResource(resource string) ProtectOption {
 		}
 		c.resource = resource
 		return nil
-	}
+	})
 }
 
 // Unprotect removes the trigger installed by Protect. Calling it on a

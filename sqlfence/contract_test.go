@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
 )
@@ -23,7 +24,8 @@ func Harness(driver string) guardtest.Harness[*sql.Tx] {
 		Run: func(s guard.Store[*sql.Tx], l guard.Lease, key string) guardtest.Runner[*sql.Tx] {
 			return s.(*sqlfence.Store).Run(l, key)
 		},
-		CommitQueue: true,
+		OnCommit:   pgcore.OnCommit[*sql.Tx],
+		ErrNotOpen: pgcore.ErrNotGuardedTx,
 	}
 }
 

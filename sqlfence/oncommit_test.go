@@ -17,7 +17,7 @@ import (
 // time); a *sql.Tx that guard.Exec did not open refuses them, and so does
 // fn's tx after a raw COMMIT sent through it, which also sends none.
 func TestOnCommit(t *testing.T) {
-	tdb, _ := newDB(t)
+	tdb, other := newDB(t)
 	ctx := testCtx(t)
 	var w wire
 	db := wiredDB(t, tdb.URL, &w)
@@ -31,7 +31,7 @@ func TestOnCommit(t *testing.T) {
 				return err
 			}
 			for _, v := range queue {
-				if err := pgcore.OnCommit(tx, "INSERT INTO queued (v) VALUES ($1)", v); err != nil {
+				if err := pgcore.OnCommit(ctx, tx, "INSERT INTO queued (v) VALUES ($1)", v); err != nil {
 					return err
 				}
 			}
@@ -48,13 +48,23 @@ func TestOnCommit(t *testing.T) {
 	assert.Equal(t, without+2, w.writes.Load()-before, "one round trip per queued statement")
 	assert.EqualValues(t, 3, count(t, db, "SELECT count(*) FROM queued"))
 
-	plain, err := db.BeginTx(ctx, nil)
+	// plain comes from another pool: the wired one has one connection.
+	plain, err := other.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	assert.ErrorIs(t, pgcore.OnCommit(plain, "INSERT INTO queued (v) VALUES ('x')"), pgcore.ErrNotGuardedTx)
+	assert.ErrorIs(t, pgcore.OnCommit(ctx, plain, "INSERT INTO queued (v) VALUES ('x')"), pgcore.ErrNotGuardedTx)
+	_, err = guard.Exec(ctx, s, l, func(fnCtx context.Context, tx *sql.Tx) error {
+		// The *sql.Tx is found through fn's context only, and only fn's
+		// own *sql.Tx is: no registry answers for another context or tx.
+		assert.ErrorIs(t, pgcore.OnCommit(ctx, tx, "SELECT 1"), pgcore.ErrNotGuardedTx, "a context that guard.Exec did not give fn")
+		assert.ErrorIs(t, pgcore.OnCommit(fnCtx, plain, "SELECT 1"), pgcore.ErrNotGuardedTx, "another *sql.Tx under fn's context")
+		assert.ErrorIs(t, pgcore.OnCommit[*sql.Tx](fnCtx, nil, "SELECT 1"), pgcore.ErrNotGuardedTx, "a nil *sql.Tx")
+		return nil
+	})
+	require.NoError(t, err)
 	require.NoError(t, plain.Rollback())
 
 	_, err = guard.Exec(ctx, s, l, func(ctx context.Context, tx *sql.Tx) error {
-		require.NoError(t, pgcore.OnCommit(tx, "INSERT INTO queued (v) VALUES ($1)", "after raw commit"))
+		require.NoError(t, pgcore.OnCommit(ctx, tx, "INSERT INTO queued (v) VALUES ($1)", "after raw commit"))
 		_, err := tx.ExecContext(ctx, "COMMIT")
 		return err
 	})

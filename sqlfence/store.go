@@ -18,6 +18,7 @@ var (
 	_ guard.ErrorMapper         = (*Store)(nil)
 	_ guard.ObservedStore       = (*Store)(nil)
 	_ pgcore.BeginFunc[*sql.Tx] = (*Store)(nil).beginOp
+	_ pgcore.Queuer             = (*txn)(nil)
 )
 
 // Store is the database/sql backend of guard: *Store implements
@@ -187,7 +188,6 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 	t := &txn{s: s, tx: tx, cancel: cancel, args: closeArgs(c, run)}
 	t.queue.Claim = c
 	t.queue.Exec = t.execNow
-	pgcore.Register(tx, &t.queue)
 	t.args = append(t.args, s.nonce+"-"+strconv.FormatUint(s.serial.Add(1), 10))
 	var readOnly string
 	dest := []any{new(sql.NullString), &readOnly, new(string), new(string), new(string)}

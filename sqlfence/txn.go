@@ -19,15 +19,17 @@ type txn struct {
 	// args are closeSQL's arguments, the transaction's mark last.
 	args  []any
 	ended bool
-	// queue holds what pgcore.OnCommit queued for the commit (registered
-	// under tx while the transaction is open).
+	// queue holds what was queued for the commit; package outbox finds it
+	// through the context guard.Exec gives fn (guard.OpenTxn).
 	queue pgcore.CommitQueue
 }
+
+// CommitQueue implements pgcore.Queuer.
+func (t *txn) CommitQueue() *pgcore.CommitQueue { return &t.queue }
 
 // end marks the transaction ended: nothing more can be queued on it.
 func (t *txn) end() []pgcore.Queued {
 	t.ended = true
-	pgcore.Unregister(t.tx)
 	return t.queue.Take()
 }
 

@@ -15,7 +15,9 @@ import (
 )
 
 // ClusterOption configures a Redis Cluster started by testenv.
-type ClusterOption func(*clusterConfig)
+type ClusterOption interface {
+	apply(*clusterConfig) error
+}
 
 type clusterConfig struct {
 	masters      int
@@ -28,28 +30,32 @@ type clusterConfig struct {
 // WithMasters sets the number of masters (default 3; at least 1). Automatic
 // failover needs a majority of masters alive to vote, so 3 is the least
 // that survives the loss of one.
-func WithMasters(n int) ClusterOption { return func(c *clusterConfig) { c.masters = n } }
+func WithMasters(n int) ClusterOption {
+	return optionFunc[clusterConfig](func(c *clusterConfig) error { c.masters = n; return nil })
+}
 
 // WithReplicas sets the number of replicas per master (default 1).
-func WithReplicas(m int) ClusterOption { return func(c *clusterConfig) { c.replicas = m } }
+func WithReplicas(m int) ClusterOption {
+	return optionFunc[clusterConfig](func(c *clusterConfig) error { c.replicas = m; return nil })
+}
 
 // WithNodeTimeout sets cluster-node-timeout (default 1 s): how long a node
 // may not answer before it is failed and its replica promoted. Production
 // default is 15 s; a short one keeps failover tests to seconds.
 func WithNodeTimeout(d time.Duration) ClusterOption {
-	return func(c *clusterConfig) { c.nodeTimeout = d }
+	return optionFunc[clusterConfig](func(c *clusterConfig) error { c.nodeTimeout = d; return nil })
 }
 
 // WithRequireFullCoverage sets cluster-require-full-coverage (default yes,
 // as Redis): with no, the cluster keeps serving the slots it still has when
 // a master is lost with no replica to promote.
 func WithRequireFullCoverage(on bool) ClusterOption {
-	return func(c *clusterConfig) { c.fullCoverage = on }
+	return optionFunc[clusterConfig](func(c *clusterConfig) error { c.fullCoverage = on; return nil })
 }
 
 // WithClusterNodeArgs passes extra redis-server arguments to every node.
 func WithClusterNodeArgs(args ...string) ClusterOption {
-	return func(c *clusterConfig) { c.args = append(c.args, args...) }
+	return optionFunc[clusterConfig](func(c *clusterConfig) error { c.args = append(c.args, args...); return nil })
 }
 
 // FailoverMode is the variant of CLUSTER FAILOVER that [ClusterNode.Failover]
@@ -101,8 +107,8 @@ type ClusterNode struct {
 // Stop.
 func StartRedisCluster(ctx context.Context, opts ...ClusterOption) (*Cluster, error) {
 	cfg := clusterConfig{masters: 3, replicas: 1, nodeTimeout: time.Second, fullCoverage: true}
-	for _, o := range opts {
-		o(&cfg)
+	if err := applyOptions(&cfg, opts); err != nil {
+		return nil, err
 	}
 	if cfg.masters < 1 || cfg.replicas < 0 {
 		return nil, fmt.Errorf("testenv: cluster of %d masters with %d replicas each: want at least 1 master and no negative replica count", cfg.masters, cfg.replicas)
@@ -209,6 +215,26 @@ func (c *Cluster) nodeArgs() []string {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
+	if err := c.startNodes(ctx); err != nil {
+		return err
+	}
+	if err := c.assignSlots(ctx); err != nil {
+		return err
+	}
+	if err := c.meet(ctx); err != nil {
+		return err
+	}
+	if err := c.replicate(ctx); err != nil {
+		return err
+	}
+	if err := c.moveOffsets(ctx); err != nil {
+		return err
+	}
+	return c.WaitHealthy(ctx)
+}
+
+// startNodes starts every node, in parallel, and reads their ids.
+func (c *Cluster) startNodes(ctx context.Context) error {
 	n := c.cfg.masters * (1 + c.cfg.replicas)
 	c.Nodes = make([]*ClusterNode, n)
 	errs := make([]error, n)
@@ -236,22 +262,13 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		nd.ID = id
 	}
-	ids := map[string]bool{}
-	for _, nd := range c.Nodes {
-		ids[nd.ID] = true
-	}
-	// stranger reports a node nd knows that is not one of ours.
-	stranger := func(nd *ClusterNode, v clusterView) error {
-		for id, e := range v {
-			if !ids[id] && !e.has("handshake") {
-				return fmt.Errorf("%w: %s knows %s (%s)", errStrangerNode, nd.Addr, e.addr, id)
-			}
-		}
-		return nil
-	}
-	// Slots split evenly over the masters, each with its own config epoch
-	// (as redis-cli --cluster create does) so no epoch collision has to be
-	// resolved before the cluster is stable.
+	return nil
+}
+
+// assignSlots splits the slots evenly over the masters, each with its own
+// config epoch (as redis-cli --cluster create does) so no epoch collision
+// has to be resolved before the cluster is stable.
+func (c *Cluster) assignSlots(ctx context.Context) error {
 	per := 16384 / c.cfg.masters
 	for i := 0; i < c.cfg.masters; i++ {
 		nd := c.Nodes[i]
@@ -268,13 +285,23 @@ func (c *Cluster) start(ctx context.Context) error {
 			return fmt.Errorf("testenv: CLUSTER SET-CONFIG-EPOCH on %s: %w (%w)", nd.Addr, err, errStrangerNode)
 		}
 	}
+	return nil
+}
+
+// meet introduces every node to the first and waits until every node
+// knows every other (a replica can follow only a master it knows); a node
+// that knows one not of this cluster fails at once (errStrangerNode).
+func (c *Cluster) meet(ctx context.Context) error {
 	first := c.Nodes[0]
 	for _, nd := range c.Nodes[1:] {
 		if err := first.adminClient().Do(ctx, "CLUSTER", "MEET", "127.0.0.1", nd.port, nd.busPort).Err(); err != nil {
 			return fmt.Errorf("testenv: CLUSTER MEET %s: %w", nd.Addr, err)
 		}
 	}
-	// A replica can follow only a master it knows.
+	ids := map[string]bool{}
+	for _, nd := range c.Nodes {
+		ids[nd.ID] = true
+	}
 	var met error
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -284,17 +311,12 @@ func (c *Cluster) start(ctx context.Context) error {
 			if err != nil {
 				return false, err.Error()
 			}
-			if met = stranger(nd, v); met != nil {
+			if met = stranger(ids, nd, v); met != nil {
 				cancel()
 				return false, met.Error()
 			}
-			if len(v) != n {
-				return false, fmt.Sprintf("%s knows %d of %d nodes", nd.Addr, len(v), n)
-			}
-			for _, e := range v {
-				if e.has("handshake") || e.has("noaddr") {
-					return false, fmt.Sprintf("%s: %s is %s", nd.Addr, e.addr, e.flags)
-				}
+			if why := v.unsettled(nd.Addr, len(c.Nodes)); why != "" {
+				return false, why
 			}
 		}
 		return true, ""
@@ -302,9 +324,35 @@ func (c *Cluster) start(ctx context.Context) error {
 	if met != nil {
 		return met
 	}
-	if err != nil {
-		return err
+	return err
+}
+
+// stranger reports a node nd knows that is not one of ids.
+func stranger(ids map[string]bool, nd *ClusterNode, v clusterView) error {
+	for id, e := range v {
+		if !ids[id] && !e.has("handshake") {
+			return fmt.Errorf("%w: %s knows %s (%s)", errStrangerNode, nd.Addr, e.addr, id)
+		}
 	}
+	return nil
+}
+
+// unsettled says why the view of the node at addr is not yet of all n
+// nodes, each with an address and past its handshake; "" once it is.
+func (v clusterView) unsettled(addr string, n int) string {
+	if len(v) != n {
+		return fmt.Sprintf("%s knows %d of %d nodes", addr, len(v), n)
+	}
+	for _, e := range v {
+		if e.has("handshake") || e.has("noaddr") {
+			return fmt.Sprintf("%s: %s is %s", addr, e.addr, e.flags)
+		}
+	}
+	return ""
+}
+
+// replicate makes each replica follow its master.
+func (c *Cluster) replicate(ctx context.Context) error {
 	for r := 0; r < c.cfg.replicas; r++ {
 		for i := 0; i < c.cfg.masters; i++ {
 			nd := c.Nodes[c.cfg.masters+i*c.cfg.replicas+r]
@@ -315,34 +363,39 @@ func (c *Cluster) start(ctx context.Context) error {
 			c.replicaOf[nd.ID] = m.ID
 		}
 	}
-	// Redis lists a replica in CLUSTER SLOTS only once its replication
-	// offset is not zero, which without a write takes the master's first
-	// replication ping (10 s): one write and its deletion on each master,
-	// leaving no key, move every offset at once.
-	if c.cfg.replicas > 0 {
-		for _, m := range c.Nodes[:c.cfg.masters] {
-			// Written once the node serves its slots (CLUSTERDOWN before),
-			// under a key of its slots (another answers MOVED).
-			key, n := "", 0
-			if err := poll(ctx, "a write on "+m.Addr, func() (bool, string) {
-				key = "testenv:offset:" + strconv.Itoa(n)
-				err := m.adminClient().Do(ctx, "SET", key, "1").Err()
-				if _, moved := redis.IsMovedError(err); moved {
-					n++
-				}
-				if err != nil {
-					return false, err.Error()
-				}
-				return true, ""
-			}); err != nil {
-				return err
+	return nil
+}
+
+// moveOffsets writes a key and deletes it on each master: Redis lists a
+// replica in CLUSTER SLOTS only once its replication offset is not zero,
+// which without a write takes the master's first replication ping (10 s);
+// one write and its deletion, leaving no key, move every offset at once.
+func (c *Cluster) moveOffsets(ctx context.Context) error {
+	if c.cfg.replicas == 0 {
+		return nil
+	}
+	for _, m := range c.Nodes[:c.cfg.masters] {
+		// Written once the node serves its slots (CLUSTERDOWN before),
+		// under a key of its slots (another answers MOVED).
+		key, n := "", 0
+		if err := poll(ctx, "a write on "+m.Addr, func() (bool, string) {
+			key = "testenv:offset:" + strconv.Itoa(n)
+			err := m.adminClient().Do(ctx, "SET", key, "1").Err()
+			if _, moved := redis.IsMovedError(err); moved {
+				n++
 			}
-			if err := m.adminClient().Do(ctx, "DEL", key).Err(); err != nil {
-				return fmt.Errorf("testenv: DEL on %s: %w", m.Addr, err)
+			if err != nil {
+				return false, err.Error()
 			}
+			return true, ""
+		}); err != nil {
+			return err
+		}
+		if err := m.adminClient().Do(ctx, "DEL", key).Err(); err != nil {
+			return fmt.Errorf("testenv: DEL on %s: %w", m.Addr, err)
 		}
 	}
-	return c.WaitHealthy(ctx)
+	return nil
 }
 
 // Addrs returns every node's address (seeds for a ClusterClient).

@@ -262,6 +262,13 @@ func TestClusterOptionsValidate(t *testing.T) {
 	assert.ErrorContains(t, err, "at least 1 master")
 	_, err = testenv.StartRedisCluster(ctx, testenv.WithNodeTimeout(time.Millisecond))
 	assert.ErrorContains(t, err, "at least 100ms")
+	// A nil option is an error before anything starts, for every server.
+	_, err = testenv.StartRedisCluster(ctx, testenv.WithMasters(3), nil)
+	assert.ErrorContains(t, err, "testenv: option 2 of 2 is nil")
+	_, err = testenv.StartRedis(nil)
+	assert.ErrorContains(t, err, "testenv: option 1 of 1 is nil")
+	_, err = testenv.StartSentinel(ctx, nil)
+	assert.ErrorContains(t, err, "testenv: option 1 of 1 is nil")
 }
 
 // Stop leaves no node running, paused ones included.

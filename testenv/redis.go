@@ -26,7 +26,9 @@ const EnvRedisURL = "FENCE_TEST_REDIS_URL"
 var ErrExternal = errors.New("testenv: cannot inject faults into an external server; start a private one with NewRedisServer or StartPostgres")
 
 // RedisOption configures a Redis server started by testenv.
-type RedisOption func(*redisConfig)
+type RedisOption interface {
+	apply(*redisConfig) error
+}
 
 type redisConfig struct {
 	aof  bool
@@ -41,11 +43,13 @@ type redisConfig struct {
 
 // WithAOF turns on append-only-file persistence (fsync always), so that
 // Restart(true) keeps every acknowledged write.
-func WithAOF() RedisOption { return func(c *redisConfig) { c.aof = true } }
+func WithAOF() RedisOption {
+	return optionFunc[redisConfig](func(c *redisConfig) error { c.aof = true; return nil })
+}
 
 // WithRedisArgs passes extra command-line arguments to redis-server.
 func WithRedisArgs(args ...string) RedisOption {
-	return func(c *redisConfig) { c.args = append(c.args, args...) }
+	return optionFunc[redisConfig](func(c *redisConfig) error { c.args = append(c.args, args...); return nil })
 }
 
 // Redis is a Redis server for tests: either one testenv started (faults
@@ -94,8 +98,8 @@ func RedisBinary() (string, error) {
 // caller must call Stop.
 func StartRedis(opts ...RedisOption) (*Redis, error) {
 	var cfg redisConfig
-	for _, o := range opts {
-		o(&cfg)
+	if err := applyOptions(&cfg, opts); err != nil {
+		return nil, err
 	}
 	return startRedis(cfg, nil)
 }

@@ -16,7 +16,9 @@ import (
 )
 
 // SentinelOption configures a Sentinel set started by testenv.
-type SentinelOption func(*sentinelConfig)
+type SentinelOption interface {
+	apply(*sentinelConfig) error
+}
 
 type sentinelConfig struct {
 	downAfter       time.Duration
@@ -30,13 +32,13 @@ type sentinelConfig struct {
 // just switched to "down" before its link to it is up (it reconnects once a
 // second) and fail over again.
 func WithDownAfter(d time.Duration) SentinelOption {
-	return func(c *sentinelConfig) { c.downAfter = d }
+	return optionFunc[sentinelConfig](func(c *sentinelConfig) error { c.downAfter = d; return nil })
 }
 
 // WithSentinelDataArgs passes extra redis-server arguments to the master
 // and the replica.
 func WithSentinelDataArgs(args ...string) SentinelOption {
-	return func(c *sentinelConfig) { c.args = append(c.args, args...) }
+	return optionFunc[sentinelConfig](func(c *sentinelConfig) error { c.args = append(c.args, args...); return nil })
 }
 
 // SentinelMasterName is the name the sentinels monitor the master under.
@@ -65,8 +67,8 @@ type Sentinel struct {
 // the replica and the other two sentinels. The caller must call Stop.
 func StartSentinel(ctx context.Context, opts ...SentinelOption) (*Sentinel, error) {
 	cfg := sentinelConfig{downAfter: 2 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
+	if err := applyOptions(&cfg, opts); err != nil {
+		return nil, err
 	}
 	if cfg.downAfter < 100*time.Millisecond {
 		return nil, fmt.Errorf("testenv: sentinel down-after %v: want at least 100ms", cfg.downAfter)

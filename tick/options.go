@@ -15,7 +15,14 @@ const DefaultTolerance = time.Second
 // or one call of [Runner.Run] (overriding the Runner's for that call). A
 // bad value is an error matching [ErrInvalidOption] from the call that got
 // it.
-type Option func(*config) error
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc is an Option as a function.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	tolerance time.Duration // 0: the default, which depends on the schedule
@@ -28,12 +35,12 @@ type config struct {
 
 func defaultConfig() config { return config{now: time.Now} }
 
-func (c *config) apply(opts []Option) error {
+func (c *config) applyAll(opts []Option) error {
 	for _, o := range opts {
 		if o == nil {
 			return invalidOption("nil Option")
 		}
-		if err := o(c); err != nil {
+		if err := o.apply(c); err != nil {
 			return err
 		}
 	}
@@ -49,13 +56,13 @@ func (c *config) apply(opts []Option) error {
 // tick). Default: [DefaultTolerance], or a quarter of the shorter gap
 // around the tick when that is less.
 func WithTolerance(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
 			return invalidOption("WithTolerance(%v): must be positive: pass how far an instance's firing time may be from the tick, e.g. WithTolerance(2*time.Second)", d)
 		}
 		c.tolerance = d
 		return nil
-	}
+	})
 }
 
 // WithWait bounds how long Run waits for the job's lock while another
@@ -65,13 +72,13 @@ func WithTolerance(d time.Duration) Option {
 // still there to meet it (see it done, or resume it when its runner dies)
 // and never queue behind the next tick's. d must be positive.
 func WithWait(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
 			return invalidOption("WithWait(%v): must be positive: pass how long a call may wait for the job's lock, e.g. WithWait(30*time.Second)", d)
 		}
 		c.wait, c.waitSet = d, true
 		return nil
-	}
+	})
 }
 
 // WithLockOptions passes opts to the acquisition of the job's lock, such
@@ -79,7 +86,7 @@ func WithWait(d time.Duration) Option {
 // instance once the lease runs out, so a short lease resumes it sooner.
 // The wait is set by [WithWait]; do not pass fence.WithWaitLimit.
 func WithLockOptions(opts ...fence.LockOption) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		for _, o := range opts {
 			if o == nil {
 				return invalidOption("WithLockOptions: nil fence.LockOption")
@@ -87,14 +94,14 @@ func WithLockOptions(opts ...fence.LockOption) Option {
 		}
 		c.lockOpts = append(c.lockOpts[:len(c.lockOpts):len(c.lockOpts)], opts...)
 		return nil
-	}
+	})
 }
 
 // WithObserver adds o to the observers told of every call's outcome
 // ([RunObserver]) and of missed ticks ([MissObserver]); o must implement
 // at least one of them. Each call of the option adds one.
 func WithObserver(o any) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		_, run := o.(RunObserver)
 		_, miss := o.(MissObserver)
 		if !run && !miss {
@@ -102,7 +109,7 @@ func WithObserver(o any) Option {
 		}
 		c.observers = append(c.observers[:len(c.observers):len(c.observers)], o)
 		return nil
-	}
+	})
 }
 
 // WithClock makes Run read the time from now instead of time.Now: to run
@@ -111,11 +118,11 @@ func WithObserver(o any) Option {
 // the future and for the default wait; the tick itself is the instant
 // given to Run. now must not be nil.
 func WithClock(now func() time.Time) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if now == nil {
 			return invalidOption("WithClock(nil): pass a function that returns the time, e.g. time.Now")
 		}
 		c.now = now
 		return nil
-	}
+	})
 }

@@ -64,7 +64,7 @@ func (r *Runner[R, Tx]) newCall(ctx context.Context, job string, s Schedule, at 
 		return nil, invalid("Run: job %q: tick.Every(%v): the period must be positive", job, time.Duration(e))
 	}
 	cfg := r.cfg
-	if err := cfg.apply(opts); err != nil {
+	if err := cfg.applyAll(opts); err != nil {
 		return nil, err
 	}
 	t, err := findTick(job, s, at, cfg)

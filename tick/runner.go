@@ -127,7 +127,7 @@ func New[S Store[R, Tx], R Run[Tx], Tx any](locks *fence.Client, store S, opts .
 		return nil, invalid("New: nil store: pass a *pgfence.Store or a *sqlfence.Store")
 	}
 	cfg := defaultConfig()
-	if err := cfg.apply(opts); err != nil {
+	if err := cfg.applyAll(opts); err != nil {
 		return nil, err
 	}
 	return &Runner[R, Tx]{locks: locks, store: store, cfg: cfg}, nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
+	"github.com/fencelock/fencelock/internal/pgcore"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/lib/pq"
@@ -25,7 +26,8 @@ func TestContractLibPQ(t *testing.T) {
 		Run: func(s guard.Store[*sql.Tx], l guard.Lease, key string) guardtest.Runner[*sql.Tx] {
 			return s.(*sqlfence.Store).Run(l, key)
 		},
-		CommitQueue: true,
+		OnCommit:   pgcore.OnCommit[*sql.Tx],
+		ErrNotOpen: pgcore.ErrNotGuardedTx,
 	})
 }
 

@@ -3,7 +3,10 @@
 // rejection with two tokens, the same token from another holder, key
 // dedupe, resumable runs, rollback on error, panic, cancellation and lease
 // loss, the commit-order invariant under 12 concurrent writers, misuse (fn
-// committing the transaction itself, a read-only database) and bad input.
+// committing the transaction itself, a read-only database), bad input,
+// and, for a store with a commit queue ([Harness.OnCommit]), statements
+// queued for the commit. It imports no store and no driver: what differs
+// between stores reaches it through the [Harness].
 //
 // pgfence (pgx.Tx) and sqlfence (*sql.Tx) run it in their tests; a
 // third-party store runs it the same way, with a [Harness] that tells the

@@ -18,8 +18,18 @@ type Harness[Tx any] struct {
 	// pgfence: store.(*pgfence.Store).Run(lease, key)).
 	Run func(store guard.Store[Tx], lease guard.Lease, key string) Runner[Tx]
 
-	// CommitQueue says the store's fn tx takes statements queued for the
-	// commit (this module's stores do); the suite then checks them.
+	// OnCommit, if set, queues a statement on tx, fn's transaction, to
+	// be sent with its commit (ctx is the context fn received); the suite
+	// then checks that queued statements commit with fn's writes and only
+	// with them. A store without a commit queue leaves it nil.
+	OnCommit func(ctx context.Context, tx Tx, sql string, args ...any) error
+
+	// ErrNotOpen is what OnCommit's error matches for a transaction whose
+	// Exec has ended (errors.Is); required with OnCommit.
+	ErrNotOpen error
+
+	// Deprecated: set OnCommit and ErrNotOpen. CommitQueue alone no
+	// longer runs the check: the suite fails, naming OnCommit.
 	CommitQueue bool
 }
 

@@ -7,23 +7,22 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
-	"github.com/fencelock/fencelock/internal/pgcore"
 )
 
-// Statements queued on fn's tx for the commit (the core's OnCommit, which
-// the outbox builds on) commit with fn's writes and only with them: not
-// after fn fails, not after a refused claim, not when one of them fails;
-// and a tx that is no longer an open guarded transaction refuses them.
+// Statements queued on fn's tx for the commit (Harness.OnCommit, which an
+// outbox builds on) commit with fn's writes and only with them: not after
+// fn fails, not after a refused claim, not when one of them fails; and a
+// tx that is no longer an open guarded transaction refuses them.
 func (s *suite[Tx]) commitQueue(t *testing.T) {
-	if !s.h.CommitQueue {
-		t.Log("Harness.CommitQueue is false: the store has no commit queue")
+	if !s.hasCommitQueue(t) {
 		return
 	}
 	ctx := ctxFor(t)
 	store := s.db.NewStore(t)
 	res, table := s.fresh(t)
+	var fnCtx context.Context
 	queue := func(tx Tx, writer string) error {
-		return pgcore.OnCommit(tx, "INSERT INTO "+table+" (sku, writer) VALUES ($1, $2)", "queued", writer)
+		return s.h.OnCommit(fnCtx, tx, "INSERT INTO "+table+" (sku, writer) VALUES ($1, $2)", "queued", writer)
 	}
 	queued := func(writer string) int64 {
 		return s.count(t, "SELECT count(*) FROM "+table+" WHERE sku = 'queued' AND writer = $1", writer)
@@ -31,7 +30,7 @@ func (s *suite[Tx]) commitQueue(t *testing.T) {
 
 	var kept Tx
 	if _, err := guard.Exec(ctx, store, Lease{res, 1, "a"}, func(ctx context.Context, tx Tx) error {
-		kept = tx
+		kept, fnCtx = tx, ctx
 		if err := queue(tx, "a"); err != nil {
 			return err
 		}
@@ -42,12 +41,13 @@ func (s *suite[Tx]) commitQueue(t *testing.T) {
 	if q, n := queued("a"), s.rows(t, table, "a"); q != 1 || n != 2 {
 		t.Errorf("queued rows %d, all rows %d; want 1 and 2", q, n)
 	}
-	if err := queue(kept, "late"); !errors.Is(err, pgcore.ErrNotGuardedTx) {
+	if err := queue(kept, "late"); !errors.Is(err, s.h.ErrNotOpen) {
 		t.Errorf("OnCommit after Exec ended: want ErrNotGuardedTx, got %v", err)
 	}
 
 	boom := errors.New("fn failed")
 	if _, err := guard.Exec(ctx, store, Lease{res, 1, "a"}, func(ctx context.Context, tx Tx) error {
+		fnCtx = ctx
 		if err := queue(tx, "failed-fn"); err != nil {
 			return err
 		}
@@ -63,7 +63,7 @@ func (s *suite[Tx]) commitQueue(t *testing.T) {
 		if err := s.insert(table, "bad-queue", 1, nil)(ctx, tx); err != nil {
 			return err
 		}
-		return pgcore.OnCommit(tx, "INSERT INTO guardtest_no_such_table VALUES ($1)", "x")
+		return s.h.OnCommit(ctx, tx, "INSERT INTO guardtest_no_such_table VALUES ($1)", "x")
 	})
 	if err == nil || !strings.Contains(err.Error(), "queued for the commit failed") {
 		t.Errorf("a failing queued statement: want an error that names it, got %v", err)
@@ -77,6 +77,7 @@ func (s *suite[Tx]) commitQueue(t *testing.T) {
 	// goes with the rest.
 	l := Lease{res, 2, "b"}
 	_, err = guard.Exec(ctx, store, l, func(ctx context.Context, tx Tx) error {
+		fnCtx = ctx
 		if err := queue(tx, "overtaken"); err != nil {
 			return err
 		}
@@ -87,4 +88,19 @@ func (s *suite[Tx]) commitQueue(t *testing.T) {
 	if q := queued("overtaken"); q != 0 {
 		t.Errorf("an overtaken holder's queued statement committed (%d rows)", q)
 	}
+}
+
+// hasCommitQueue says whether the harness gives a commit queue to check,
+// and fails the test for a harness that asks for the check without one.
+func (s *suite[Tx]) hasCommitQueue(t *testing.T) bool {
+	switch {
+	case s.h.OnCommit == nil && s.h.CommitQueue:
+		t.Fatal("Harness.CommitQueue is deprecated and no longer enough: set Harness.OnCommit (and ErrNotOpen) to the store's way of queueing a statement for the commit")
+	case s.h.OnCommit == nil:
+		t.Log("Harness.OnCommit is nil: the store has no commit queue")
+		return false
+	case s.h.ErrNotOpen == nil:
+		t.Fatal("Harness.ErrNotOpen is nil: set it to the error the store's OnCommit returns once Exec has ended")
+	}
+	return true
 }

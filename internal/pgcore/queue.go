@@ -119,53 +119,64 @@ type Encoder interface {
 	EncodeArgs(args []any) (any, error)
 }
 
-// Queuer is a transaction handle that carries its own queue (pgfence's
-// pgx.Tx and its savepoints).
+// Queuer is a transaction handle or a guard.Txn that carries its queue:
+// pgfence's pgx.Tx and its savepoints carry it in the handle fn writes
+// through; sqlfence's Txn carries it, and fn's *sql.Tx is found through
+// the context guard.Exec gave fn (guard.OpenTxn).
 type Queuer interface {
 	CommitQueue() *CommitQueue
 }
 
-// registry maps the handles that cannot carry a queue (sqlfence's
-// *sql.Tx) to their queue while their transaction is open.
-var registry sync.Map
+// QueueOf is the commit queue of tx, the handle guard.Exec (or a Run's
+// Step) gave fn, or a pgfence savepoint of it; ctx is the context that
+// fn received (or one derived from it). The type of tx is the store's,
+// known at compile time: a pgx.Tx of pgfence carries its queue, a *sql.Tx
+// is matched against the open transaction that ctx carries. Anything else
+// is an error wrapping ErrNotGuardedTx.
+func QueueOf[Tx any](ctx context.Context, tx Tx) (*CommitQueue, error) {
+	if h, ok := any(tx).(Queuer); ok {
+		if q := h.CommitQueue(); q != nil {
+			return q, nil
+		}
+		return nil, fmt.Errorf("%w (got a %T whose savepoint has ended)", ErrNotGuardedTx, tx)
+	}
+	if v := reflect.ValueOf(tx); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("%w (tx is nil)", ErrNotGuardedTx)
+	}
+	txn, ok := guard.OpenTxn[Tx](ctx)
+	if !ok {
+		return nil, fmt.Errorf("%w (ctx carries no guarded transaction of a %T: pass the ctx fn received)", ErrNotGuardedTx, tx)
+	}
+	h, ok := txn.(Queuer)
+	if !ok || !reflect.TypeOf(tx).Comparable() || any(txn.Tx()) != any(tx) {
+		return nil, fmt.Errorf("%w (got a %T that is not the transaction of ctx's guard.Exec)", ErrNotGuardedTx, tx)
+	}
+	return h.CommitQueue(), nil
+}
 
-// Register makes q the queue of tx until Unregister.
-func Register(tx any, q *CommitQueue) { registry.Store(tx, q) }
-
-// Unregister forgets tx's queue.
-func Unregister(tx any) { registry.Delete(tx) }
-
-// OnCommit queues sql, with args, on tx, an open guarded transaction of
-// either store (the pgx.Tx or *sql.Tx that guard.Exec, or a Run's Step,
-// gave fn, or a pgfence savepoint of it), to be sent with the
-// transaction's commit, after fn returned nil, in the committing
-// transaction: if a queued statement fails, nothing of the transaction
-// commits (the commit's error says which statement); if fn fails, the
-// claim is refused or the lease was lost before the commit, they are
-// never sent, or rolled back with the rest.
+// OnCommit queues sql, with args, on q, to be sent with the transaction's
+// commit, after fn returned nil, in the committing transaction: if a
+// queued statement fails, nothing of the transaction commits (the
+// commit's error says which statement); if fn fails, the claim is refused
+// or the lease was lost before the commit, they are never sent, or rolled
+// back with the rest.
 //
 // pgfence sends them in the commit's own round trip, pipelined ahead of
 // fencelock.close and COMMIT: they cost no round trip. sqlfence sends each
 // as a statement of its own between the claim and COMMIT (database/sql
 // runs one statement per round trip, and only after the claim is the
 // transaction known to be still the one guard opened): one round trip
-// each, with the fence row locked meanwhile. A pgfence savepoint rolled
-// back drops what was queued through it or after it.
+// each. A pgfence savepoint rolled back drops what was queued through it
+// or after it.
 //
 // Arguments are what the store's driver takes as query arguments; with
 // pgfence they are encoded when queued (an argument pgx cannot encode is
 // an error wrapping guard.ErrInvalidInput), and sent in text format with
-// types left to the server, as pgx's QueryExecModeExec does.
-//
-// tx that is not such a transaction, or whose Exec has ended, is an error
-// wrapping ErrNotGuardedTx; nothing is queued.
-func OnCommit(tx any, sql string, args ...any) error {
+// types left to the server, as pgx's QueryExecModeExec does. A queue whose
+// Exec has ended refuses with ErrNotGuardedTx; nothing is queued.
+func (q *CommitQueue) OnCommit(sql string, args ...any) error {
 	if strings.TrimSpace(sql) == "" {
 		return fmt.Errorf("%w: empty statement queued for the commit", guard.ErrInvalidInput)
-	}
-	q, err := queueOf(tx)
-	if err != nil {
-		return err
 	}
 	return q.add(Queued{SQL: sql, Args: args})
 }
@@ -182,8 +193,7 @@ type Rows struct {
 	Args []any
 }
 
-// Write records rows in tx, an open guarded transaction as for OnCommit,
-// as a write of fn's: what rolls back fn's writes rolls them back too, and
+// Write records rows in q's transaction as a write of fn's: what rolls back fn's writes rolls them back too, and
 // they commit live only with the commit's check of the claim.
 //
 // sqlfence runs r.Now at once, through fn's *sql.Tx (one round trip, which
@@ -198,17 +208,13 @@ type Rows struct {
 // it, but pgfence does not read fn's SQL, so a savepoint that fn makes
 // and rolls back with SQL does not.
 //
-// tx that is not such a transaction, or whose Exec has ended, is an error
-// wrapping ErrNotGuardedTx; nothing is written. A statement that fails at
+// A queue whose Exec has ended refuses with ErrNotGuardedTx; nothing is
+// written. A statement that fails at
 // once (sqlfence) returns the store's mapped error, and the transaction
 // is aborted, as by any failed statement of fn's.
-func Write(ctx context.Context, tx any, r Rows) error {
+func (q *CommitQueue) Write(ctx context.Context, r Rows) error {
 	if strings.TrimSpace(r.Queued) == "" || strings.TrimSpace(r.Now) == "" {
 		return fmt.Errorf("%w: empty statement", guard.ErrInvalidInput)
-	}
-	q, err := queueOf(tx)
-	if err != nil {
-		return err
 	}
 	q.mu.Lock()
 	exec, closed := q.Exec, q.closed
@@ -229,16 +235,11 @@ func Write(ctx context.Context, tx any, r Rows) error {
 	return q.add(Queued{SQL: r.Queued, Args: r.Args})
 }
 
-// AfterCommit registers f to run once tx, an open guarded transaction as
-// for OnCommit, has committed: in the goroutine that committed, before
-// Exec returns; never if the transaction did not commit. (package outbox
-// wakes the process's relays with it.) tx that is not such a transaction
-// is an error wrapping ErrNotGuardedTx.
-func AfterCommit(tx any, f func()) error {
-	q, err := queueOf(tx)
-	if err != nil {
-		return err
-	}
+// AfterCommit registers f to run once q's transaction has committed: in
+// the goroutine that committed, before Exec returns; never if the
+// transaction did not commit. (package outbox wakes the process's relays
+// with it.) A queue whose Exec has ended refuses with ErrNotGuardedTx.
+func (q *CommitQueue) AfterCommit(f func()) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -248,15 +249,11 @@ func AfterCommit(tx any, f func()) error {
 	return nil
 }
 
-// ClaimOf returns the claim of tx, an open guarded transaction as for
-// OnCommit: the resource, token and holder its commit checks (a statement
-// queued on it may carry them, as package outbox's rows do). tx that is
-// not such a transaction is an error wrapping ErrNotGuardedTx.
-func ClaimOf(tx any) (guard.Claim, error) {
-	q, err := queueOf(tx)
-	if err != nil {
-		return guard.Claim{}, err
-	}
+// ClaimOf returns the claim of q's transaction: the resource, token and
+// holder its commit checks (a statement queued on it may carry them, as
+// package outbox's rows do). A queue whose Exec has ended refuses with
+// ErrNotGuardedTx.
+func (q *CommitQueue) ClaimOf() (guard.Claim, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -265,26 +262,12 @@ func ClaimOf(tx any) (guard.Claim, error) {
 	return q.Claim, nil
 }
 
-// queueOf is the queue of tx, an open guarded transaction's handle.
-func queueOf(tx any) (*CommitQueue, error) {
-	var q *CommitQueue
-	switch h := tx.(type) {
-	case nil:
-		return nil, fmt.Errorf("%w (tx is nil)", ErrNotGuardedTx)
-	case Queuer:
-		q = h.CommitQueue()
-	default:
-		if !reflect.TypeOf(tx).Comparable() {
-			return nil, fmt.Errorf("%w (got a %T)", ErrNotGuardedTx, tx)
-		}
-		v, ok := registry.Load(tx)
-		if !ok {
-			return nil, fmt.Errorf("%w (got a %T that no guarded transaction owns, or whose Exec has ended)", ErrNotGuardedTx, tx)
-		}
-		q = v.(*CommitQueue)
+// OnCommit queues sql on the commit queue of tx (QueueOf), as
+// CommitQueue.OnCommit does.
+func OnCommit[Tx any](ctx context.Context, tx Tx, sql string, args ...any) error {
+	q, err := QueueOf(ctx, tx)
+	if err != nil {
+		return err
 	}
-	if q == nil {
-		return nil, fmt.Errorf("%w (got a %T)", ErrNotGuardedTx, tx)
-	}
-	return q, nil
+	return q.OnCommit(sql, args...)
 }

@@ -16,7 +16,14 @@ import (
 var ErrInvalidInput = errors.New("crontick: invalid input")
 
 // Option configures a job added with [Add].
-type Option func(*config) error
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc is an Option as a function.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	ctx      context.Context
@@ -28,33 +35,33 @@ type config struct {
 // context.Background()): cancel it to end the runs in flight, as
 // cron.Stop does not.
 func WithContext(ctx context.Context) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if ctx == nil {
 			return fmt.Errorf("%w: WithContext(nil): pass a context, e.g. one cancelled at shutdown", ErrInvalidInput)
 		}
 		c.ctx = ctx
 		return nil
-	}
+	})
 }
 
 // WithReport calls f with the outcome (or the error) of each tick the job
 // handles, from the job's goroutine.
 func WithReport(f func(job string, out tick.Outcome, err error)) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if f == nil {
 			return fmt.Errorf("%w: WithReport(nil): pass a function", ErrInvalidInput)
 		}
 		c.report = f
 		return nil
-	}
+	})
 }
 
 // WithTickOptions passes opts to every tick.Runner.Run call of the job.
 func WithTickOptions(opts ...tick.Option) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		c.tickOpts = append(c.tickOpts, opts...)
 		return nil
-	}
+	})
 }
 
 // Add schedules the job name on c at the ticks of s; each tick runs fn
@@ -81,7 +88,7 @@ func Add[R tick.Run[Tx], Tx any](c *cron.Cron, runner *tick.Runner[R, Tx], name 
 		if o == nil {
 			return 0, fmt.Errorf("%w: job %q: nil Option", ErrInvalidInput, name)
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return 0, err
 		}
 	}
