@@ -42,7 +42,7 @@ func (s *suite[Tx]) commitQueue(t *testing.T) {
 		t.Errorf("queued rows %d, all rows %d; want 1 and 2", q, n)
 	}
 	if err := queue(kept, "late"); !errors.Is(err, s.h.ErrNotOpen) {
-		t.Errorf("OnCommit after Exec ended: want ErrNotGuardedTx, got %v", err)
+		t.Errorf("OnCommit after Exec ended: want %v, got %v", s.h.ErrNotOpen, err)
 	}
 
 	boom := errors.New("fn failed")

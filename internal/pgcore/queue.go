@@ -2,6 +2,7 @@ package pgcore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -129,27 +130,50 @@ type Queuer interface {
 
 // QueueOf is the commit queue of tx, the handle guard.Exec (or a Run's
 // Step) gave fn, or a pgfence savepoint of it; ctx is the context that
-// fn received (or one derived from it). The type of tx is the store's,
-// known at compile time: a pgx.Tx of pgfence carries its queue, a *sql.Tx
-// is matched against the open transaction that ctx carries. Anything else
-// is an error wrapping ErrNotGuardedTx.
+// fn received (or one derived from it). A pgx.Tx of pgfence carries its
+// queue; a *sql.Tx is matched against the open transaction that ctx
+// carries, whatever the static type it is passed as (sqlc's DBTX, GORM's
+// ConnPool, any). Anything else is an error wrapping ErrNotGuardedTx that
+// says which of these it met.
 func QueueOf[Tx any](ctx context.Context, tx Tx) (*CommitQueue, error) {
+	if v := reflect.ValueOf(tx); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("%w (tx is nil)", ErrNotGuardedTx)
+	}
 	if h, ok := any(tx).(Queuer); ok {
 		if q := h.CommitQueue(); q != nil {
 			return q, nil
 		}
 		return nil, fmt.Errorf("%w (got a %T whose savepoint has ended)", ErrNotGuardedTx, tx)
 	}
-	if v := reflect.ValueOf(tx); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
-		return nil, fmt.Errorf("%w (tx is nil)", ErrNotGuardedTx)
+	if st, ok := any(tx).(*sql.Tx); ok {
+		return queueOfSQL(ctx, st)
 	}
 	txn, ok := guard.OpenTxn[Tx](ctx)
 	if !ok {
-		return nil, fmt.Errorf("%w (ctx carries no guarded transaction of a %T: pass the ctx fn received)", ErrNotGuardedTx, tx)
+		return nil, fmt.Errorf("%w (got a %T: pass the transaction fn received as the store gave it, a pgx.Tx of pgfence or the *sql.Tx of sqlfence (with sqlx, its Tx field), with the ctx fn received)", ErrNotGuardedTx, tx)
 	}
+	return queueOfTxn(txn, any(tx))
+}
+
+// queueOfSQL is the queue of a *sql.Tx, found through the open
+// transaction of type *sql.Tx that ctx carries.
+func queueOfSQL(ctx context.Context, tx *sql.Tx) (*CommitQueue, error) {
+	txn, ok := guard.OpenTxn[*sql.Tx](ctx)
+	if !ok {
+		return nil, fmt.Errorf("%w (ctx carries no guarded transaction of a *sql.Tx: pass the ctx fn received, or one derived from it)", ErrNotGuardedTx)
+	}
+	return queueOfTxn(txn, any(tx))
+}
+
+// queueOfTxn is the queue of txn, the open transaction ctx carries, when
+// tx is its handle.
+func queueOfTxn[Tx any](txn guard.Txn[Tx], tx any) (*CommitQueue, error) {
 	h, ok := txn.(Queuer)
-	if !ok || !reflect.TypeOf(tx).Comparable() || any(txn.Tx()) != any(tx) {
-		return nil, fmt.Errorf("%w (got a %T that is not the transaction of ctx's guard.Exec)", ErrNotGuardedTx, tx)
+	if !ok {
+		return nil, fmt.Errorf("%w (the store of ctx's guard.Exec gives a %T, which has no commit queue: effects need pgfence or sqlfence, and a store that wraps one must hand on its Txn's CommitQueue method)", ErrNotGuardedTx, txn)
+	}
+	if !reflect.TypeOf(tx).Comparable() || any(txn.Tx()) != tx {
+		return nil, fmt.Errorf("%w (got a %T that is not the transaction of ctx's guard.Exec: pass the one fn received, with the ctx fn received)", ErrNotGuardedTx, tx)
 	}
 	return h.CommitQueue(), nil
 }
