@@ -4,10 +4,11 @@
 // ways a user gets it, from an empty directory and with nothing but the
 // module's own go.mod and go.sum:
 //
-//  1. go run github.com/fencelock/fencelock/cmd/fencectl@<version> --help,
-//     served by a local module proxy that holds the checkout as that version
-//     (the library's go.mod alone decides what is built, as it does for a
-//     published version);
+//  1. go install -n github.com/fencelock/fencelock/cmd/fencectl@<version>
+//     (what go run ...@<version> resolves, downloads and loads, without
+//     compiling), served by a local module proxy that holds the checkout as
+//     that version (the library's go.mod alone decides what is built, as it
+//     does for a published version);
 //  2. from an empty module that requires the library with a replace to the
 //     checkout: go run github.com/fencelock/fencelock/cmd/fencectl --help.
 //
@@ -79,14 +80,20 @@ func run() error {
 	if err := os.Mkdir(empty, 0o755); err != nil {
 		return err
 	}
-	err = fencectlHelp(empty, cmdPath+"@"+version,
+	// go install -n resolves and downloads every module the command
+	// needs, as go run does, and loads its packages, without compiling
+	// them: in a module cache of its own every dependency would compile
+	// again (minutes on 2 cores), and 2. below compiles and runs the same
+	// code from the same go.mod.
+	err = installResolves(empty, cmdPath+"@"+version,
 		"GOPROXY=file://"+filepath.ToSlash(proxy),
 		"GOSUMDB=off", // offline; the cache's files were verified when go downloaded them
 		"GOMODCACHE="+filepath.Join(tmp, "modcache"),
+		"GOBIN="+filepath.Join(tmp, "bin"),
 		goflags("-modcacherw"), // so that the temporary module cache can be removed
 		"GOWORK=off")
 	if err != nil {
-		return fmt.Errorf("go run %s@%s from an empty directory (the checkout served as that version): %w\n%s", cmdPath, version, err, fix)
+		return fmt.Errorf("go install %s@%s from an empty directory (the checkout served as that version): %w\n%s", cmdPath, version, err, fix)
 	}
 
 	// 2. A module that requires the library with a replace to the checkout
@@ -109,11 +116,34 @@ func run() error {
 	if err := os.WriteFile(filepath.Join(consumer, "go.sum"), gosum, 0o644); err != nil {
 		return err
 	}
-	err = fencectlHelp(consumer, cmdPath, "GOPROXY=off", goflags("-mod=readonly"), "GOWORK=off")
+	// -race, as make test builds: the command's packages are those the
+	// tests compiled, and only its main package compiles here.
+	err = fencectlHelp(consumer, cmdPath, "GOPROXY=off", goflags("-mod=readonly -race"), "GOWORK=off")
 	if err != nil {
 		return fmt.Errorf("go run %s from a module that requires the library with a replace to %s and holds its go.sum: %w\n%s", cmdPath, root, err, fix)
 	}
 	return nil
+}
+
+// installResolves runs `go install -n <target>` in dir: the modules of
+// target resolved and downloaded, its packages loaded, nothing compiled.
+func installResolves(dir, target string, env ...string) error {
+	cmd := exec.Command("go", "install", "-n", target)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%v\n%s", err, lastLines(out.String(), 20))
+	}
+	return nil
+}
+
+// lastLines is the last n lines of s (go install -n prints every command
+// it would run).
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // fencectlHelp runs `go run <target> --help` in dir and checks that it
