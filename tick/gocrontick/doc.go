@@ -30,6 +30,14 @@
 // gocron fired (tick.Outcome.Earlier: one left in flight, ticks still due)
 // are run by Lock itself, with the same function.
 //
+// While Lock waits for the job's lock (tick.WithWait), gocron fires
+// nothing else for that job, and once Lock returns it schedules the next
+// instant still ahead, skipping those that passed: the runner of that
+// next fire runs the skipped ticks first if they are still due. Give the
+// runner a wait longer than the longest a holder may take to hand the
+// lock over (a lost holder's lease, a waiter's heartbeat, a loaded
+// machine), or a tick skipped by every instance is missed.
+//
 // [Every] makes a duration job that starts on a tick of tick.Every, so
 // that every instance's gocron fires at the same instants; gocron's own
 // DurationJob counts from each scheduler's start, and instances would not
