@@ -323,12 +323,17 @@ func TestReleaseByExpiredHolderKeepsQueue(t *testing.T) {
 	r := testenv.NewRedis(t)
 	ctx := ctxT(t, 30*time.Second)
 	c := newClient(t, r, nil, fence.WithLiveness(time.Second))
-	old, err := c.Acquire(ctx, "exp", fence.WithFixedLease(300*time.Millisecond))
+	// A lease that outlasts the queueing of both waiters however slow the
+	// machine, shortened once they are queued: a 300 ms lease from the
+	// start expired before the first waiter queued on a loaded machine,
+	// and that waiter took the free lock without queueing.
+	old, err := c.Acquire(ctx, "exp", fence.WithFixedLease(25*time.Second))
 	require.NoError(t, err)
 	next := acquireAsync(ctx, c, "exp", fence.WithHolder("next"))
 	waitQueued(t, r, "exp", 1)
 	last := acquireAsync(ctx, c, "exp", fence.WithHolder("last"))
 	waitQueued(t, r, "exp", 2)
+	require.NoError(t, old.Refresh(ctx, 300*time.Millisecond))
 	n := <-next // at the old lease's expiry
 	require.NoError(t, n.err)
 	assert.Greater(t, n.l.Token(), old.Token())

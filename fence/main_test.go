@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -83,6 +84,7 @@ type recorder struct {
 	mu     sync.Mutex
 	counts map[string]int
 	events []any
+	at     []time.Time   // when each event arrived
 	notify chan struct{} // cap 1: an event arrived
 }
 
@@ -94,6 +96,7 @@ func (r *recorder) add(kind string, e any) {
 	r.mu.Lock()
 	r.counts[kind]++
 	r.events = append(r.events, e)
+	r.at = append(r.at, time.Now())
 	r.mu.Unlock()
 	select {
 	case r.notify <- struct{}{}:
@@ -112,6 +115,33 @@ func (r *recorder) waitCount(t testing.TB, kind string, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return r.count(kind) >= n }, 20*time.Second, time.Millisecond,
 		"waiting for %d %s events", n, kind)
+}
+
+// mark records a step of the test itself (a fault injected, say) among
+// the events, for timeline.
+func (r *recorder) mark(step string) { r.add("mark", step) }
+
+// timeline lists the events and marks with their arrival in ms after
+// since, and each renewal's round trip, error and deadline: what a
+// failed timing-dependent assertion needs to tell a slow machine from a
+// fault.
+func (r *recorder) timeline(since time.Time) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	ms := func(t time.Time) int64 { return t.Sub(since).Milliseconds() }
+	for i, e := range r.events {
+		fmt.Fprintf(&b, "\n%6d ms ", ms(r.at[i]))
+		switch e := e.(type) {
+		case string:
+			fmt.Fprintf(&b, "test: %s", e)
+		case fence.RenewEvent:
+			fmt.Fprintf(&b, "renewal: rtt %v, deadline at %d ms, err %v", e.Duration.Round(time.Millisecond), ms(e.Deadline), e.Err)
+		default:
+			fmt.Fprintf(&b, "%T %+v", e, e)
+		}
+	}
+	return b.String()
 }
 
 // all returns the recorded events of type E.

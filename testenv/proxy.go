@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,6 +28,7 @@ type Proxy struct {
 	links   map[*link]struct{}
 	closed  bool
 	wg      sync.WaitGroup
+	reads   atomic.Int64 // reads from clients taken in, see Reads
 }
 
 type proxyMode int
@@ -131,6 +133,9 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 		buf := make([]byte, 32<<10)
 		n, err := src.Read(buf)
 		if n > 0 {
+			if src == l.client {
+				p.reads.Add(1)
+			}
 			select {
 			case q <- chunk{b: buf[:n], at: time.Now()}:
 			case <-writerDone:
@@ -205,6 +210,11 @@ func (p *Proxy) Restore() {
 	p.mu.Unlock()
 	p.setMode(modeOpen)
 }
+
+// Reads is how many reads of client data the proxy has taken in so far,
+// delivered or (while blackholed) held back: a test that waits for it to
+// grow after a fault began knows that a request met the fault.
+func (p *Proxy) Reads() int64 { return p.reads.Load() }
 
 // Close stops the proxy and drops its connections.
 func (p *Proxy) Close() error {
