@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -15,6 +16,10 @@ import (
 func init() { register((*app).outboxCmd) }
 
 func (a *app) outboxCmd() *cobra.Command {
+	return group("outbox", "List the effects waiting for delivery, requeue dead ones (fencelock.outbox)", a.outboxListCmd(), a.outboxRequeueCmd())
+}
+
+func (a *app) outboxListCmd() *cobra.Command {
 	var dead bool
 	var limit int
 	list := &cobra.Command{
@@ -36,57 +41,66 @@ more), reading a bounded number of rows however large the outbox is.`,
 			if limit <= 0 {
 				return usageErrorf("--limit %d: want a positive number", limit)
 			}
-			db, err := openDB(cmd.Context(), a.dbSrc(), a.timeout)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			counts, err := outbox.Backlog(cmd.Context(), db.pool, outbox.DefaultBacklogLimit)
-			if err != nil {
-				return a.outboxError(db, err)
-			}
-			rows, err := outbox.List(cmd.Context(), db.pool, dead, limit)
-			if err != nil {
-				return a.outboxError(db, err)
-			}
-			if a.json() {
-				if rows == nil {
-					rows = []outbox.Row{}
-				}
-				return a.printJSON(struct {
-					Counts outbox.CappedCounts `json:"counts"`
-					Rows   []outbox.Row        `json:"rows"`
-				}{counts, rows})
-			}
-			fmt.Fprintln(a.stdout, countsLine(counts))
-			if len(rows) == 0 {
-				return nil
-			}
-			var tr [][]string
-			for _, r := range rows {
-				when := timeOrDash(r.Due)
-				if r.Dead != nil {
-					when = timeOrDash(*r.Dead)
-				}
-				last := oneLine(errors.New(r.LastError)) // whole: the cause is at its end
-				if last == "" {
-					last = "-"
-				}
-				tr = append(tr, []string{strconv.FormatInt(r.ID, 10), r.Resource, strconv.FormatInt(r.Token, 10), r.Key,
-					r.Destination, strconv.Itoa(r.Attempts), when, last})
-			}
-			whenCol := "DUE"
-			if dead {
-				whenCol = "DEAD SINCE"
-			}
-			return a.table([]string{"ID", "RESOURCE", "TOKEN", "KEY", "DESTINATION", "ATTEMPTS", whenCol, "LAST ERROR"}, tr)
+			return a.outboxList(cmd.Context(), dead, limit)
 		},
 	}
 	a.dbFlag(list)
 	a.outputFlag(list)
 	list.Flags().BoolVar(&dead, "dead", false, "list the dead rows instead of the live ones")
 	list.Flags().IntVar(&limit, "limit", 100, "at most this many rows, oldest first")
+	return list
+}
 
+// outboxList prints the outbox's counts by state and up to limit rows,
+// the dead ones with dead.
+func (a *app) outboxList(ctx context.Context, dead bool, limit int) error {
+	db, err := openDB(ctx, a.dbSrc(), a.timeout)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	counts, err := outbox.Backlog(ctx, db.pool, outbox.DefaultBacklogLimit)
+	if err != nil {
+		return a.outboxError(db, err)
+	}
+	rows, err := outbox.List(ctx, db.pool, dead, limit)
+	if err != nil {
+		return a.outboxError(db, err)
+	}
+	if a.json() {
+		if rows == nil {
+			rows = []outbox.Row{}
+		}
+		return a.printJSON(struct {
+			Counts outbox.CappedCounts `json:"counts"`
+			Rows   []outbox.Row        `json:"rows"`
+		}{counts, rows})
+	}
+	fmt.Fprintln(a.stdout, countsLine(counts))
+	if len(rows) == 0 {
+		return nil
+	}
+	var tr [][]string
+	for _, r := range rows {
+		when := timeOrDash(r.Due)
+		if r.Dead != nil {
+			when = timeOrDash(*r.Dead)
+		}
+		last := oneLine(errors.New(r.LastError)) // whole: the cause is at its end
+		if last == "" {
+			last = "-"
+		}
+		tr = append(tr, []string{strconv.FormatInt(r.ID, 10), r.Resource, strconv.FormatInt(r.Token, 10), r.Key,
+			r.Destination, strconv.Itoa(r.Attempts), when, last})
+	}
+	whenCol := "DUE"
+	if dead {
+		whenCol = "DEAD SINCE"
+	}
+	return a.table([]string{"ID", "RESOURCE", "TOKEN", "KEY", "DESTINATION", "ATTEMPTS", whenCol, "LAST ERROR"}, tr)
+}
+
+func (a *app) outboxRequeueCmd() *cobra.Command {
 	var all bool
 	requeue := &cobra.Command{
 		Use:   "requeue (--all | ID...)",
@@ -98,40 +112,56 @@ Fix what made them fail first (the LAST ERROR column): a row that fails
 again goes dead again after its attempts.`,
 		Example: "  fencectl outbox requeue 17 18\n  fencectl outbox requeue --all",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var ids []int64
-			switch {
-			case all && len(args) > 0:
-				return usageErrorf("give --all or IDs, not both")
-			case !all && len(args) == 0:
-				return usageErrorf("give the IDs of dead rows (fencectl outbox list --dead), or --all")
-			}
-			for _, s := range args {
-				id, err := strconv.ParseInt(s, 10, 64)
-				if err != nil || id <= 0 {
-					return usageErrorf("%q is not a row ID (a positive number, from fencectl outbox list --dead)", s)
-				}
-				ids = append(ids, id)
-			}
-			db, err := openDB(cmd.Context(), a.dbSrc(), a.timeout)
+			ids, err := requeueIDs(all, args)
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			n, err := outbox.Requeue(cmd.Context(), db.pool, ids)
-			if err != nil {
-				return a.outboxError(db, err)
-			}
-			fmt.Fprintf(a.stdout, "requeued %s\n", plural(n, "dead row", "dead rows"))
-			if !all && n < len(ids) {
-				return fmt.Errorf("%s of the %d given %s no dead row (no such row, delivered since, or never dead): left alone; fix: fencectl outbox list --dead lists the dead rows' IDs",
-					plural(len(ids)-n, "ID", "IDs"), len(ids), map[bool]string{true: "is", false: "are"}[len(ids)-n == 1])
-			}
-			return nil
+			return a.outboxRequeue(cmd.Context(), all, ids)
 		},
 	}
 	a.dbFlag(requeue)
 	requeue.Flags().BoolVar(&all, "all", false, "requeue every dead row")
-	return group("outbox", "List the effects waiting for delivery, requeue dead ones (fencelock.outbox)", list, requeue)
+	return requeue
+}
+
+// requeueIDs are the row IDs of outbox requeue's arguments: --all or
+// IDs, not both, not neither.
+func requeueIDs(all bool, args []string) ([]int64, error) {
+	switch {
+	case all && len(args) > 0:
+		return nil, usageErrorf("give --all or IDs, not both")
+	case !all && len(args) == 0:
+		return nil, usageErrorf("give the IDs of dead rows (fencectl outbox list --dead), or --all")
+	}
+	var ids []int64
+	for _, s := range args {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, usageErrorf("%q is not a row ID (a positive number, from fencectl outbox list --dead)", s)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// outboxRequeue makes the dead rows ids (all with all) due again, and
+// fails when some of ids were no dead row.
+func (a *app) outboxRequeue(ctx context.Context, all bool, ids []int64) error {
+	db, err := openDB(ctx, a.dbSrc(), a.timeout)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	n, err := outbox.Requeue(ctx, db.pool, ids)
+	if err != nil {
+		return a.outboxError(db, err)
+	}
+	fmt.Fprintf(a.stdout, "requeued %s\n", plural(n, "dead row", "dead rows"))
+	if !all && n < len(ids) {
+		return fmt.Errorf("%s of the %d given %s no dead row (no such row, delivered since, or never dead): left alone; fix: fencectl outbox list --dead lists the dead rows' IDs",
+			plural(len(ids)-n, "ID", "IDs"), len(ids), map[bool]string{true: "is", false: "are"}[len(ids)-n == 1])
+	}
+	return nil
 }
 
 // countsLine is the summary of outbox list: each count, "at least" where

@@ -88,35 +88,8 @@ func openRedis(ctx context.Context, src source, sentinelMaster, prefix string, t
 	}
 	c.cluster = mode == "cluster"
 	if mode == "sentinel" {
-		name, err := sentinelMasterName(pctx, probe, sentinelMaster, c.display)
-		_ = probe.Close()
-		if err != nil {
-			return nil, c.explain(err)
-		}
-		// The address's user and password serve for the sentinel (they just
-		// worked) and for the data nodes.
-		c.sentinel = name
-		c.rdb = redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:            name,
-			SentinelAddrs:         []string{opts.Addr},
-			SentinelUsername:      opts.Username,
-			SentinelPassword:      opts.Password,
-			Username:              opts.Username,
-			Password:              opts.Password,
-			DB:                    opts.DB,
-			TLSConfig:             opts.TLSConfig,
-			DialTimeout:           opts.DialTimeout,
-			ReadTimeout:           opts.ReadTimeout,
-			WriteTimeout:          opts.WriteTimeout,
-			ContextTimeoutEnabled: true,
-			MaxRetries:            -1,
-			PoolSize:              4,
-		})
-		if c.version, c.role, _, err = serverInfo(pctx, c.rdb.(*redis.Client)); err != nil {
-			_ = c.rdb.Close()
-			return nil, c.failure(fmt.Sprintf("the master %q of the Sentinel", name), err)
-		}
-		return c, nil
+		defer probe.Close()
+		return c.openSentinel(pctx, probe, opts, sentinelMaster)
 	}
 	if sentinelMaster != "" {
 		_ = probe.Close()
@@ -127,6 +100,45 @@ func openRedis(ctx context.Context, src source, sentinelMaster, prefix string, t
 		return c, nil
 	}
 	_ = probe.Close()
+	return c.openCluster(pctx, opts)
+}
+
+// openSentinel finishes openRedis for a Sentinel (probe): it connects to
+// the master named sentinelMaster, or to the Sentinel's one master.
+func (c *redisConn) openSentinel(ctx context.Context, probe *redis.Client, opts *redis.Options, sentinelMaster string) (*redisConn, error) {
+	name, err := sentinelMasterName(ctx, probe, sentinelMaster, c.display)
+	if err != nil {
+		return nil, c.explain(err)
+	}
+	// The address's user and password serve for the sentinel (they just
+	// worked) and for the data nodes.
+	c.sentinel = name
+	c.rdb = redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            name,
+		SentinelAddrs:         []string{opts.Addr},
+		SentinelUsername:      opts.Username,
+		SentinelPassword:      opts.Password,
+		Username:              opts.Username,
+		Password:              opts.Password,
+		DB:                    opts.DB,
+		TLSConfig:             opts.TLSConfig,
+		DialTimeout:           opts.DialTimeout,
+		ReadTimeout:           opts.ReadTimeout,
+		WriteTimeout:          opts.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		PoolSize:              4,
+	})
+	if c.version, c.role, _, err = serverInfo(ctx, c.rdb.(*redis.Client)); err != nil {
+		_ = c.rdb.Close()
+		return nil, c.failure(fmt.Sprintf("the master %q of the Sentinel", name), err)
+	}
+	return c, nil
+}
+
+// openCluster finishes openRedis for a cluster node: a ClusterClient
+// seeded with it, its slot map loaded.
+func (c *redisConn) openCluster(ctx context.Context, opts *redis.Options) (*redisConn, error) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:                 []string{opts.Addr},
 		Username:              opts.Username,
@@ -143,7 +155,7 @@ func openRedis(ctx context.Context, src source, sentinelMaster, prefix string, t
 	c.rdb = cc
 	// Loading the slot map (CLUSTER SLOTS) is the cluster client's first
 	// command: what it needs is what every later command needs.
-	if _, err := cc.MasterForKey(pctx, lockKey(prefix, "fencectl")); err != nil {
+	if _, err := cc.MasterForKey(ctx, lockKey(c.prefix, "fencectl")); err != nil {
 		_ = cc.Close()
 		return nil, c.failure("Redis Cluster", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -26,52 +27,7 @@ func (a *app) runsCmd() *cobra.Command {
 			if limit <= 0 {
 				return usageErrorf("--limit %d: want a positive number", limit)
 			}
-			db, err := openDB(cmd.Context(), a.dbSrc(), a.timeout)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			rows, err := db.pool.Query(cmd.Context(), `
-SELECT resource, run_key, token, cursor, finished, finished_at, updated_at
-FROM fencelock.runs
-WHERE `+where+` AND ($1 = '' OR resource = $1)
-ORDER BY updated_at DESC, resource, run_key
-LIMIT $2`, resource, limit)
-			if err != nil {
-				return db.explain(err)
-			}
-			defer rows.Close()
-			out := []runJSON{}
-			for rows.Next() {
-				var r runJSON
-				var fin *time.Time
-				if err := rows.Scan(&r.Resource, &r.RunKey, &r.Token, &r.Cursor, &r.Finished, &fin, &r.Updated); err != nil {
-					return err
-				}
-				if fin != nil {
-					r.FinishedAt = fin
-				}
-				out = append(out, r)
-			}
-			if err := rows.Err(); err != nil {
-				return db.explain(err)
-			}
-			if a.json() {
-				return a.printJSON(out)
-			}
-			var tr [][]string
-			for _, r := range out {
-				fin := "-"
-				if r.FinishedAt != nil {
-					fin = timeOrDash(*r.FinishedAt)
-				}
-				cursor := r.Cursor
-				if cursor == "" {
-					cursor = "-"
-				}
-				tr = append(tr, []string{r.Resource, r.RunKey, fmt.Sprint(r.Token), cursor, fmt.Sprint(r.Finished), fin, timeOrDash(r.Updated)})
-			}
-			return a.table([]string{"RESOURCE", "RUN KEY", "TOKEN", "CURSOR", "FINISHED", "FINISHED AT", "UPDATED"}, tr)
+			return a.runsList(cmd.Context(), resource, where, limit)
 		},
 	}
 	a.dbFlag(list)
@@ -88,6 +44,58 @@ are never pruned (they are how a new holder resumes).`,
 		`DELETE FROM fencelock.runs WHERE finished AND finished_at < now() - $1 * interval '1 microsecond' AND ($2 = '' OR resource = $2)`,
 		`SELECT count(*) FROM fencelock.runs WHERE finished AND finished_at < now() - $1 * interval '1 microsecond' AND ($2 = '' OR resource = $2)`)
 	return group("runs", "List or prune resumable runs (fencelock.runs)", list, prune)
+}
+
+// runsList prints up to limit runs matching where (a condition on
+// fencelock.runs of runsCmd's own making, never user text) and resource
+// ("": every resource), newest first.
+func (a *app) runsList(ctx context.Context, resource, where string, limit int) error {
+	db, err := openDB(ctx, a.dbSrc(), a.timeout)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rows, err := db.pool.Query(ctx, `
+SELECT resource, run_key, token, cursor, finished, finished_at, updated_at
+FROM fencelock.runs
+WHERE `+where+` AND ($1 = '' OR resource = $1)
+ORDER BY updated_at DESC, resource, run_key
+LIMIT $2`, resource, limit)
+	if err != nil {
+		return db.explain(err)
+	}
+	defer rows.Close()
+	out := []runJSON{}
+	for rows.Next() {
+		var r runJSON
+		var fin *time.Time
+		if err := rows.Scan(&r.Resource, &r.RunKey, &r.Token, &r.Cursor, &r.Finished, &fin, &r.Updated); err != nil {
+			return err
+		}
+		if fin != nil {
+			r.FinishedAt = fin
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return db.explain(err)
+	}
+	if a.json() {
+		return a.printJSON(out)
+	}
+	var tr [][]string
+	for _, r := range out {
+		fin := "-"
+		if r.FinishedAt != nil {
+			fin = timeOrDash(*r.FinishedAt)
+		}
+		cursor := r.Cursor
+		if cursor == "" {
+			cursor = "-"
+		}
+		tr = append(tr, []string{r.Resource, r.RunKey, fmt.Sprint(r.Token), cursor, fmt.Sprint(r.Finished), fin, timeOrDash(r.Updated)})
+	}
+	return a.table([]string{"RESOURCE", "RUN KEY", "TOKEN", "CURSOR", "FINISHED", "FINISHED AT", "UPDATED"}, tr)
 }
 
 type runJSON struct {
