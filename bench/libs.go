@@ -262,6 +262,16 @@ func (r *redsyncLocker) Acquire(ctx context.Context, key string) (held, error) {
 	return redsyncHeld{m}, nil
 }
 
+// gaveUp reports the error of a peer's Acquire that stopped retrying
+// while its context was still alive: redsync after its 32 tries
+// (ErrFailed, or the last try's *ErrTaken), redislock when its retry
+// strategy ends (ErrNotObtained). The contended loops count it and call
+// Acquire again, as an application would.
+func gaveUp(err error) bool {
+	var taken *redsync.ErrTaken
+	return errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken) || errors.Is(err, redislock.ErrNotObtained)
+}
+
 // ---- bsm/redislock (LinearBackoff(100ms) as its docs show) ----
 
 type redislockLocker struct {

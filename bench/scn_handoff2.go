@@ -23,9 +23,10 @@ import (
 // message carries is measured the same way: a PUBLISH from this process
 // to a subscriber in another.
 
-// crossLibs are the libraries of the cross-process scenarios: fence, the
-// pre-queue library and, when the run has an etcd server, etcd.
-func (e *env) crossLibs() []string {
+// handoff2Libs are the libraries of handoff2: fence, the pre-queue
+// library and, when the run has an etcd server, etcd. The polling peers'
+// handover is their retry delay, which handoff shows.
+func (e *env) handoff2Libs() []string {
 	libs := []string{"fence", todayName}
 	if e.etcd != nil {
 		libs = append(libs, etcdName)
@@ -80,7 +81,7 @@ type handoff2 struct {
 }
 
 func startHandoff2(ctx context.Context, e *env) (_ *handoff2, err error) {
-	h := &handoff2{libs: e.crossLibs(), pairs: map[string]*handoffPair{}, repMed: map[string][]float64{}, pooled: map[string][]float64{}}
+	h := &handoff2{libs: e.handoff2Libs(), pairs: map[string]*handoffPair{}, repMed: map[string][]float64{}, pooled: map[string][]float64{}}
 	defer func() {
 		if err != nil {
 			h.close()
