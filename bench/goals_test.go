@@ -149,11 +149,6 @@ func TestFairLockGoalsAgainstPeersAndFloors(t *testing.T) {
 			t.Errorf("goal %q: measured %v, limit %v, met %v; want %v, %v, %v", want.goal, got.Measured, got.Limit, fmtMet(got.Met), want.measured, want.limit, want.met)
 		}
 	}
-	for _, g := range r.Goals {
-		if strings.Contains(g.Goal, "today") || strings.Contains(g.Note, "today") {
-			t.Errorf("goal %q still compares with the pre-queue library", g.Goal)
-		}
-	}
 }
 
 func fmtMet(m *bool) string {

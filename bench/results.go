@@ -394,8 +394,8 @@ func printGoals(w io.Writer, goals []goal, heading string, only []string) {
 	}
 }
 
-// printFairLock is the fair lock's table: fence against the pre-queue
-// library, the Redis peers and etcd, in the cross-process scenarios, the
+// printFairLock is the fair lock's table: fence against the Redis peers
+// and etcd, in the cross-process scenarios, the
 // parallel one and the queue's.
 func printFairLock(w io.Writer, r *results) {
 	_, h2 := r.Scenarios["handoff2"]
@@ -404,7 +404,7 @@ func printFairLock(w io.Writer, r *results) {
 	if !h2 && !fair && !par {
 		return
 	}
-	libs := []string{"fence", todayName, "redislock", "redsync", etcdName}
+	libs := []string{"fence", "redislock", "redsync", etcdName}
 	val := func(scn, lib, metric string) string {
 		f := r.Scenarios[scn].get(lib, metric)
 		switch {
@@ -440,7 +440,7 @@ func printFairLock(w io.Writer, r *results) {
 			return c
 		})
 	}
-	// handoff2 runs fence, the pre-queue library and etcd.
+	// handoff2 runs fence and etcd.
 	gap := func(m string) func(string) string {
 		return func(l string) string {
 			if l == "redislock" || l == "redsync" {

@@ -22,7 +22,7 @@ import (
 // fairness across processes, a long queue, and dead waiters at its head.
 // In fair, fence is measured against the Redis peers at their documented
 // settings, and etcd's Mutex when the run has an etcd server, in the same
-// run; fence-today (the pre-queue library) runs beside them.
+// run.
 
 // call is one acquisition of a contender, in Unix ns on the real-time
 // clock every process of the run reads.
@@ -38,11 +38,10 @@ type callKey struct{}
 // fair scenario, at their documented settings (never redislock-1ms).
 var redisPeers = []string{"redislock", "redsync"}
 
-// fairLibs are the libraries of the fair scenario: fence, the pre-queue
-// library, the Redis peers and, when the run has an etcd server, etcd.
+// fairLibs are the libraries of the fair scenario: fence, the Redis peers
+// and, when the run has an etcd server, etcd.
 func (e *env) fairLibs() []string {
-	libs := []string{"fence", todayName}
-	libs = append(libs, redisPeers...)
+	libs := append([]string{"fence"}, redisPeers...)
 	if e.etcd != nil {
 		libs = append(libs, etcdName)
 	}
@@ -141,8 +140,6 @@ func fairRatios(s *scenario, a map[string]*fairAgg) {
 	f := a["fence"]
 	s.Ratios["acq_per_s fence/best_redis_peer"] = pairedRatio(f.acq, bestPeerPerRep(acq, redisPeers, false))
 	s.Ratios["server_cpu fence/best_redis_peer"] = pairedRatio(f.cpu, bestPeerPerRep(cpu, redisPeers, true))
-	s.Ratios["acq_per_s fence/"+todayName] = pairedRatio(f.acq, acq[todayName])
-	s.Ratios["redis_cpu fence/"+todayName] = pairedRatio(f.cpu, cpu[todayName])
 	if _, ok := a[etcdName]; ok {
 		s.Ratios["acq_per_s fence/"+etcdName] = pairedRatio(f.acq, acq[etcdName])
 		s.Ratios["server_cpu fence/"+etcdName] = pairedRatio(f.cpu, cpu[etcdName])
