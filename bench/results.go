@@ -395,8 +395,8 @@ func printGoals(w io.Writer, goals []goal, heading string, only []string) {
 }
 
 // printFairLock is the fair lock's table: fence against the Redis peers
-// and etcd, in the cross-process scenarios, the
-// parallel one and the queue's.
+// and etcd, in the cross-process scenarios, the parallel one and the
+// queue's.
 func printFairLock(w io.Writer, r *results) {
 	_, h2 := r.Scenarios["handoff2"]
 	_, fair := r.Scenarios["fair"]
@@ -416,7 +416,7 @@ func printFairLock(w io.Writer, r *results) {
 			return fmtNum(f.Median)
 		}
 	}
-	// line prints a row whose cell for each library cell gives.
+	// line prints a row: its label, then cell(lib) for each library.
 	line := func(label string, cell func(lib string) string) {
 		cells := make([]string, len(libs))
 		for i, l := range libs {

@@ -131,7 +131,7 @@ func fairRep(ctx context.Context, e *env, lib string, cs []*child, g *fairAgg, r
 // fairRatios compares fence with the others of the same repetitions:
 // acquisitions/s with the best Redis peer (the highest of the repetition)
 // and the lock server's CPU per acquisition with the best Redis peer (the
-// lowest); with etcd both ways when it ran.
+// lowest); and both with etcd's, when it ran.
 func fairRatios(s *scenario, a map[string]*fairAgg) {
 	acq, cpu := map[string][]float64{}, map[string][]float64{}
 	for l, g := range a {

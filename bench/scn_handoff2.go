@@ -15,16 +15,17 @@ import (
 )
 
 // The handover between two processes (issue "a fair lock across
-// processes": "handoff (2 processes) median ≤ 2× PING"): the holder is this process, the waiter another process, already
-// queued when the release starts; the gap runs from the start of Release
-// to the waiter's Acquire returning, both read on the system's real-time
-// clock, which the two processes share. The floor of any handover a
-// message carries is measured the same way: a PUBLISH from this process
-// to a subscriber in another.
+// processes": "handoff (2 processes) median ≤ 2× PING"): the holder is
+// this process, the waiter another process, already queued when the
+// release starts; the gap runs from the start of Release to the waiter's
+// Acquire returning, both read on the system's real-time clock, which the
+// two processes share. The floor of any handover a message carries is
+// measured the same way: a PUBLISH from this process to a subscriber in
+// another.
 
 // handoff2Libs are the libraries of handoff2: fence and, when the run has
-// an etcd server, etcd. The polling peers'
-// handover is their retry delay, which handoff shows.
+// an etcd server, etcd. The polling peers' handover is their retry delay,
+// which handoff shows.
 func (e *env) handoff2Libs() []string {
 	libs := []string{"fence"}
 	if e.etcd != nil {
@@ -386,7 +387,8 @@ func (p *handoffPair) run(ctx context.Context, e *env, rounds int, hold time.Dur
 
 // waitQueued polls the server until the other process' waiter is queued on
 // name: for fence, in the name's queue and subscribed to its channel; for
-// etcd, its key is under the mutex's prefix and a watch exists. slow: etcd's watch is unsynced.
+// etcd, its key is under the mutex's prefix and a watch exists. slow:
+// etcd's watch is unsynced.
 func (e *env) waitQueued(ctx context.Context, lib, name string) (slow bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
