@@ -101,7 +101,7 @@ demo: deps
 	$(GO) run ./examples/inventory-sync
 
 # bench: fencelock against redsync and bsm/redislock (and, in the fair
-# lock's scenarios, the pre-queue fence and etcd's Mutex), one run, pinned
+# lock's cross-process scenarios, etcd's Mutex), one run, pinned
 # (servers on CPU 0, the bench and its child processes on CPU 1). Prints a
 # markdown table, writes bench/results/latest.json, latest.md, the
 # headline charts (bench/results/*.svg) and the results part of

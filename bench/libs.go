@@ -14,7 +14,6 @@ import (
 	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fencelock/fencelock/bench/internal/prequeue"
 	"github.com/fencelock/fencelock/fence"
 )
 
@@ -185,46 +184,6 @@ func (f *fenceLocker) Close() {
 	_ = f.rdb.Close()
 }
 
-// ---- fence before the queue (the baseline "today") ----
-
-// todayName names the pre-queue fence (internal/prequeue) in the results:
-// the goals of the fair lock are ratios against it, measured in the same
-// run. It is not a peer (no best-peer ratio uses it).
-const todayName = "fence-today"
-
-type todayLocker struct {
-	rdb *redis.Client
-	c   *prequeue.Client
-	cnt *counter
-}
-
-func newTodayLocker(addr string, opts ...prequeue.ClientOption) (*todayLocker, error) {
-	cnt := &counter{}
-	rdb := newRedisClient(addr, cnt)
-	c, err := prequeue.New(rdb, append([]prequeue.ClientOption{prequeue.WithPrefix("today:")}, opts...)...)
-	if err != nil {
-		_ = rdb.Close()
-		return nil, err
-	}
-	return &todayLocker{rdb: rdb, c: c, cnt: cnt}, nil
-}
-
-func (f *todayLocker) Name() string      { return todayName }
-func (f *todayLocker) Counter() *counter { return f.cnt }
-func (f *todayLocker) Acquire(ctx context.Context, key string) (held, error) {
-	l, err := f.c.Acquire(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-func (f *todayLocker) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = f.c.Close(ctx)
-	_ = f.rdb.Close()
-}
-
 // ---- redsync (one pool, goredis v9, documented defaults) ----
 
 type redsyncLocker struct {
@@ -260,6 +219,16 @@ func (r *redsyncLocker) Acquire(ctx context.Context, key string) (held, error) {
 		return nil, err
 	}
 	return redsyncHeld{m}, nil
+}
+
+// gaveUp reports the error of a peer's Acquire that stopped retrying
+// while its context was still alive: redsync after its 32 tries
+// (ErrFailed, or the last try's *ErrTaken), redislock when its retry
+// strategy ends (ErrNotObtained). The contended loops count it and call
+// Acquire again, as an application would.
+func gaveUp(err error) bool {
+	var taken *redsync.ErrTaken
+	return errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken) || errors.Is(err, redislock.ErrNotObtained)
 }
 
 // ---- bsm/redislock (LinearBackoff(100ms) as its docs show) ----

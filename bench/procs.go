@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencelock/fencelock/bench/internal/prequeue"
 	"github.com/fencelock/fencelock/fence"
 )
 
@@ -255,22 +254,17 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// waitFunc adapts a function to both fence's and the pre-queue library's
-// WaitObserver.
+// waitFunc adapts a function to fence's WaitObserver.
 type waitFunc func(ctx context.Context)
 
 type fenceWaitObs struct{ f waitFunc }
 
 func (o fenceWaitObs) OnWait(ctx context.Context, _ fence.WaitEvent) { o.f(ctx) }
 
-type todayWaitObs struct{ f waitFunc }
-
-func (o todayWaitObs) OnWait(ctx context.Context, _ prequeue.WaitEvent) { o.f(ctx) }
-
 // openLib makes the role's library, as a process of its own would: its
 // own go-redis client and lock client (or etcd client). onWait, when not
-// nil, is told when an Acquire starts waiting (fence and fence-today
-// only: etcd's Mutex does not say).
+// nil, is told when an Acquire starts waiting (only the libraries
+// saysWhenWaiting names: etcd's Mutex and the polling peers do not say).
 func openLib(r role, onWait waitFunc) (locker, error) {
 	switch r.Lib {
 	case "fence":
@@ -279,12 +273,10 @@ func openLib(r role, onWait waitFunc) (locker, error) {
 			opts = append(opts, fence.WithObserver(fenceWaitObs{onWait}))
 		}
 		return newFenceLocker(r.Redis, opts...)
-	case todayName:
-		var opts []prequeue.ClientOption
-		if onWait != nil {
-			opts = append(opts, prequeue.WithObserver(todayWaitObs{onWait}))
-		}
-		return newTodayLocker(r.Redis, opts...)
+	case "redislock":
+		return newRedislockLocker(r.Redis, redislockBackoff, "redislock"), nil
+	case "redsync":
+		return newRedsyncLocker(r.Redis), nil
 	case etcdName:
 		return newEtcdLocker(r.Etcd)
 	case electionName:
@@ -297,6 +289,12 @@ func openLib(r role, onWait waitFunc) (locker, error) {
 		return newEtcdElectionLocker(r.Etcd)
 	}
 	return nil, fmt.Errorf("no library %q in the cross-process scenarios", r.Lib)
+}
+
+// saysWhenWaiting reports a library whose Acquire tells a WaitObserver
+// that it starts waiting: the order of grants can be checked against it.
+func saysWhenWaiting(lib string) bool {
+	return lib == "fence" || lib == electionName
 }
 
 // waitForEOF blocks until the parent closes stdin.

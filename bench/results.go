@@ -394,8 +394,12 @@ func printGoals(w io.Writer, goals []goal, heading string, only []string) {
 	}
 }
 
-// printFairLock is the fair lock's table: fence against the pre-queue
-// library and etcd, in the cross-process scenarios and the queue's.
+// fairLockLibs are the columns of the fair lock's table.
+var fairLockLibs = []string{"fence", "redislock", "redsync", etcdName}
+
+// printFairLock is the fair lock's table: fence against the Redis peers
+// and etcd, in the cross-process scenarios, the parallel one and the
+// queue's.
 func printFairLock(w io.Writer, r *results) {
 	_, h2 := r.Scenarios["handoff2"]
 	_, fair := r.Scenarios["fair"]
@@ -403,46 +407,28 @@ func printFairLock(w io.Writer, r *results) {
 	if !h2 && !fair && !par {
 		return
 	}
-	libs := []string{"fence", todayName, etcdName, "redislock"}
-	val := func(scn, lib, metric string) string {
-		f := r.Scenarios[scn].get(lib, metric)
-		switch {
-		case f == nil:
-			return "–"
-		case f.Pooled != nil:
-			return fmtNum(f.Pooled.Median)
-		default:
-			return fmtNum(f.Median)
-		}
-	}
+	val := func(scn, lib, metric string) string { return medianOf(r.Scenarios[scn].get(lib, metric)) }
+	line := func(label string, cell func(lib string) string) { fairLockLine(w, label, cell) }
 	row := func(label, scn string, metrics ...string) {
 		if _, ok := r.Scenarios[scn]; !ok {
 			return
 		}
-		cells := make([]string, len(libs))
-		for i, l := range libs {
+		line(label, func(l string) string {
 			var parts []string
 			for _, m := range metrics {
 				parts = append(parts, val(scn, l, m))
 			}
-			cells[i] = strings.Join(parts, "; ")
-			if strings.Trim(cells[i], "–; ") == "" {
-				cells[i] = "–"
+			c := strings.Join(parts, "; ")
+			if strings.Trim(c, "–; ") == "" {
+				return "–"
 			}
-		}
-		fmt.Fprintf(w, "| %s | %s |\n", label, strings.Join(cells, " | "))
+			return c
+		})
 	}
 	c := r.Config
-	fmt.Fprintf(w, "| the fair lock, median | %s |\n|---|---|---|---|---|\n", strings.Join(libs, " | "))
+	fmt.Fprintf(w, "| the fair lock, median | %s |\n|---|%s\n", strings.Join(fairLockLibs, " | "), strings.Repeat("---|", len(fairLockLibs)))
 	if h2 {
-		fmt.Fprintf(w, "| handoff between 2 processes, released once the waiter is queued, µs (PING %s; PUBLISH to another process %s) | %s | %s | %s | |\n",
-			val("handoff2", "PING", gapAtOnce), val("handoff2", floorName, gapAtOnce), val("handoff2", "fence", gapAtOnce), val("handoff2", todayName, gapAtOnce), val("handoff2", etcdName, gapAtOnce))
-		fmt.Fprintf(w, "| … released after a %v hold, µs (PING after the same idle %s; PUBLISH %s) | %s | %s | %s | |\n", c.HandoffHold,
-			val("handoff2", "PING", gapAfterHold), val("handoff2", floorName, gapAfterHold), val("handoff2", "fence", gapAfterHold), val("handoff2", todayName, gapAfterHold), val("handoff2", etcdName, gapAfterHold))
-		if r.Scenarios["handoff2"].get(etcdWatchRev, gapAtOnce) != nil {
-			fmt.Fprintf(w, "| a bare etcd watch across processes, delete → event, µs: watching from the Get's revision (as the Mutex does); from the next revision | | | %s; %s | |\n",
-				val("handoff2", etcdWatchRev, gapAtOnce), val("handoff2", etcdWatchNxt, gapAtOnce))
-		}
+		printHandoff2Rows(r, val, line)
 	}
 	who := fmt.Sprintf("%d processes × %d goroutines, %v hold", c.FairClients, c.FairGoroutines, c.FairHold)
 	row(who+": acquisitions/s", "fair", "acq_per_s")
@@ -452,9 +438,59 @@ func printFairLock(w io.Writer, r *results) {
 	row(fmt.Sprintf("%d goroutines on %d names (parallel): Redis CPU per acquire+release, µs", c.ParallelWorkers, c.ParallelWorkers), "parallel", "redis_cpu_us_per_op")
 	row("… of it in the commands the scripts call; in the Lua call itself; outside any command, µs", "parallel", "redis_in_commands_us_per_op", "redis_in_lua_us_per_op", "redis_outside_commands_us_per_op")
 	row("… commands the scripts call per acquire+release", "parallel", "redis_cmds_per_op")
+	row("… the bench process' CPU per acquire+release, µs", "parallel", "client_cpu_us_per_op")
 	row(fmt.Sprintf("%d queued waiters: Redis memory per waiter, B; a release in SLOWLOG, µs", c.QueueWaiters), "queue", "memory_per_waiter_bytes", "release_slowlog_us")
 	row(fmt.Sprintf("5 waiters SIGKILLed at the head (liveness %v): the next live waiter holds after, s", c.HeadLiveness), "headkill", "next_holder_s")
 	fmt.Fprintln(w)
+}
+
+// printHandoff2Rows are the fair lock's table's rows of handoff2, which
+// runs fence and etcd: the Redis peers' cells stay empty.
+func printHandoff2Rows(r *results, val func(scn, lib, metric string) string, line func(string, func(string) string)) {
+	gap := func(m string) func(string) string {
+		return func(l string) string {
+			if l == "redislock" || l == "redsync" {
+				return ""
+			}
+			return val("handoff2", l, m)
+		}
+	}
+	line(fmt.Sprintf("handoff between 2 processes, released once the waiter is queued, µs (PING %s; PUBLISH to another process %s)",
+		val("handoff2", "PING", gapAtOnce), val("handoff2", floorName, gapAtOnce)), gap(gapAtOnce))
+	line(fmt.Sprintf("… released after a %v hold, µs (PING after the same idle %s; PUBLISH %s)", r.Config.HandoffHold,
+		val("handoff2", "PING", gapAfterHold), val("handoff2", floorName, gapAfterHold)), gap(gapAfterHold))
+	if r.Scenarios["handoff2"].get(etcdWatchRev, gapAtOnce) == nil {
+		return
+	}
+	line("a bare etcd watch across processes, delete → event, µs: watching from the Get's revision (as the Mutex does); from the next revision", func(l string) string {
+		if l != etcdName {
+			return ""
+		}
+		return val("handoff2", etcdWatchRev, gapAtOnce) + "; " + val("handoff2", etcdWatchNxt, gapAtOnce)
+	})
+}
+
+// fairLockLine prints a row of the fair lock's table: its label, then
+// cell(lib) for each library.
+func fairLockLine(w io.Writer, label string, cell func(lib string) string) {
+	cells := make([]string, len(fairLockLibs))
+	for i, l := range fairLockLibs {
+		cells[i] = cell(l)
+	}
+	fmt.Fprintf(w, "| %s | %s |\n", label, strings.Join(cells, " | "))
+}
+
+// medianOf is a figure's median as the tables print it: over every
+// sample when it pools them, "–" when there is none.
+func medianOf(f *figure) string {
+	switch {
+	case f == nil:
+		return "–"
+	case f.Pooled != nil:
+		return fmtNum(f.Pooled.Median)
+	default:
+		return fmtNum(f.Median)
+	}
 }
 
 func fmtGoal(x float64) string {

@@ -38,7 +38,6 @@ func runHandoff(ctx context.Context, e *env, res *results) error {
 		s.set(l.Name(), "gap_us", newFigure("µs", repMed[l.Name()], pooled[l.Name()]))
 	}
 	s.Ratios["fence/PING"] = pairedRatio(repMed["fence"], pingRep)
-	s.Ratios[todayName+"/fence"] = pairedRatio(repMed[todayName], repMed["fence"])
 	best := bestPeerPerRep(repMed, e.peerNames(), true)
 	s.Ratios["best_peer/fence"] = pairedRatio(best, repMed["fence"])
 	s.Notes = append(s.Notes, fmt.Sprintf("2 goroutines, one name: the holder holds %v and releases while the other is already waiting in Acquire; gap = from the start of Release to the return of the waiter's Acquire. %d handoffs per library per repetition. The PING row is the PING median of each repetition.", e.cfg.HandoffHold, e.cfg.HandoffRounds))
@@ -186,8 +185,6 @@ func runContended(ctx context.Context, e *env, res *results) error {
 		wait[l.Name()] = a[l.Name()].waitP99
 	}
 	s.Ratios["acq_per_s fence/best_peer"] = pairedRatio(acq["fence"], bestPeerPerRep(acq, peers, false))
-	s.Ratios["acq_per_s fence/"+todayName] = pairedRatio(acq["fence"], acq[todayName])
-	s.Ratios["cmds_per_acq fence/"+todayName] = pairedRatio(cmds["fence"], cmds[todayName])
 	s.Ratios["cmds_per_acq fence/best_peer"] = pairedRatio(cmds["fence"], bestPeerPerRep(cmds, peers, true))
 	s.Ratios["wait_p99 fence/best_peer"] = pairedRatio(wait["fence"], bestPeerPerRep(wait, peers, true))
 	s.Notes = append(s.Notes,

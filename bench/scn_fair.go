@@ -20,8 +20,9 @@ import (
 
 // The fair lock's scenarios besides the handover (scn_handoff2.go):
 // fairness across processes, a long queue, and dead waiters at its head.
-// fence is measured against fence-today (the pre-queue library) in the
-// same run, and etcd's Mutex when the run has an etcd server.
+// In fair, fence is measured against the Redis peers at their documented
+// settings, and etcd's Mutex when the run has an etcd server, in the same
+// run.
 
 // call is one acquisition of a contender, in Unix ns on the real-time
 // clock every process of the run reads.
@@ -33,16 +34,32 @@ type call struct {
 
 type callKey struct{}
 
+// redisPeers are the Redis lock libraries fence is compared with in the
+// fair scenario, at their documented settings (never redislock-1ms).
+var redisPeers = []string{"redislock", "redsync"}
+
+// fairLibs are the libraries of the fair scenario: fence, the Redis peers
+// and, when the run has an etcd server, etcd.
+func (e *env) fairLibs() []string {
+	libs := append([]string{"fence"}, redisPeers...)
+	if e.etcd != nil {
+		libs = append(libs, etcdName)
+	}
+	return libs
+}
+
+// fairAgg is one library's figures in fair, per repetition.
+type fairAgg struct{ acq, minMax, ooo, cpu, fails []float64 }
+
 // runFair: 4 processes × 4 goroutines on one name, 1 ms hold: acquisitions
 // per process (min/max), grants out of arrival order, acquisitions/s and
 // the lock server's CPU per acquisition.
 func runFair(ctx context.Context, e *env, res *results) error {
 	s := res.scenario("fair")
-	type agg struct{ acq, minMax, ooo, cpu []float64 }
-	libs := e.crossLibs()
-	a := map[string]*agg{}
+	libs := e.fairLibs()
+	a := map[string]*fairAgg{}
 	for _, l := range libs {
-		a[l] = &agg{}
+		a[l] = &fairAgg{}
 	}
 	// The contender processes live through every repetition.
 	procs := map[string][]*child{}
@@ -65,25 +82,9 @@ func runFair(ctx context.Context, e *env, res *results) error {
 	for rep := 0; rep < e.cfg.Reps; rep++ {
 		for i := range libs {
 			lib := libs[(i+rep)%len(libs)]
-			calls, cpu, err := fairOnce(ctx, e, lib, procs[lib])
-			if err != nil {
+			if err := fairRep(ctx, e, lib, procs[lib], a[lib], rep); err != nil {
 				return fmt.Errorf("%s: %w", lib, err)
 			}
-			per := make([]int64, e.cfg.FairClients)
-			for _, c := range calls {
-				per[c.client]++
-			}
-			mn, mx := slices.Min(per), slices.Max(per)
-			g := a[lib]
-			g.acq = append(g.acq, float64(len(calls))/e.cfg.ContendedDur.Seconds())
-			g.minMax = append(g.minMax, float64(mn)/math.Max(1, float64(mx)))
-			g.cpu = append(g.cpu, 1e6*cpu/math.Max(1, float64(len(calls))))
-			ooo := "–"
-			if lib != etcdName { // etcd's Mutex does not say when it waits
-				g.ooo = append(g.ooo, float64(outOfOrder(calls)))
-				ooo = strconv.Itoa(int(g.ooo[len(g.ooo)-1]))
-			}
-			logf(e.log, "  fair %s rep %d: per process %v, %s out of order, %.0f acq/s", lib, rep, per, ooo, g.acq[len(g.acq)-1])
 			settle()
 		}
 	}
@@ -95,55 +96,104 @@ func runFair(ctx context.Context, e *env, res *results) error {
 			s.set(l, "out_of_order", newFigure("grants/repetition", g.ooo, nil))
 		}
 		s.set(l, "server_cpu_us_per_acq", newFigure("µs", g.cpu, nil))
+		s.set(l, "failed_acquires", newFigure("count/repetition", g.fails, nil))
 	}
-	s.Ratios["acq_per_s fence/"+todayName] = pairedRatio(a["fence"].acq, a[todayName].acq)
-	s.Ratios["redis_cpu fence/"+todayName] = pairedRatio(a["fence"].cpu, a[todayName].cpu)
-	if e.etcd != nil {
-		s.Ratios["acq_per_s fence/"+etcdName] = pairedRatio(a["fence"].acq, a[etcdName].acq)
-	}
-	s.Notes = append(s.Notes, fmt.Sprintf("%d processes (each its own go-redis and lock client, or etcd client with a session per goroutine) × %d goroutines on one name, hold %v, %v per library per repetition, started together. min_max: fewest / most acquisitions of one process. out_of_order: acquisitions that came before that of a call which was already waiting (its library's WaitObserver had fired) when the acquiring call began, compared across processes on the real-time clock (not measured for etcd, whose Mutex does not say when it waits). server_cpu_us_per_acq: the lock server's CPU (Redis: INFO cpu, user+sys; etcd: /proc/<pid>/stat) / acquisitions.", e.cfg.FairClients, e.cfg.FairGoroutines, e.cfg.FairHold, e.cfg.ContendedDur))
+	fairRatios(s, a)
+	s.Notes = append(s.Notes, fmt.Sprintf("%d processes (each its own go-redis and lock client, or etcd client with a session per goroutine) × %d goroutines on one name, hold %v, %v per library per repetition, started together; a goroutine calls Acquire again as soon as it released. The Redis peers at their documented settings (redislock LinearBackoff(%v), redsync's defaults). min_max: fewest / most acquisitions of one process. out_of_order: acquisitions that came before that of a call which was already waiting (its library's WaitObserver had fired) when the acquiring call began, compared across processes on the real-time clock (not measured for the libraries that do not say when they wait: etcd's Mutex, redislock, redsync). server_cpu_us_per_acq: the lock server's CPU (Redis: INFO cpu, user+sys; etcd: /proc/<pid>/stat) / acquisitions. failed_acquires: Acquire calls that gave up before the end of the window (redsync after its 32 tries); the goroutine then calls Acquire again.", e.cfg.FairClients, e.cfg.FairGoroutines, e.cfg.FairHold, e.cfg.ContendedDur, redislockBackoff))
 	return nil
 }
 
+// fairRep runs lib's contender processes once and adds the repetition's
+// figures to g.
+func fairRep(ctx context.Context, e *env, lib string, cs []*child, g *fairAgg, rep int) error {
+	calls, cpu, fails, err := fairOnce(ctx, e, lib, cs)
+	if err != nil {
+		return err
+	}
+	per := make([]int64, len(cs))
+	for _, c := range calls {
+		per[c.client]++
+	}
+	mn, mx := slices.Min(per), slices.Max(per)
+	g.acq = append(g.acq, float64(len(calls))/e.cfg.ContendedDur.Seconds())
+	g.minMax = append(g.minMax, float64(mn)/math.Max(1, float64(mx)))
+	g.cpu = append(g.cpu, 1e6*cpu/math.Max(1, float64(len(calls))))
+	g.fails = append(g.fails, float64(fails))
+	ooo := "–"
+	if saysWhenWaiting(lib) {
+		g.ooo = append(g.ooo, float64(outOfOrder(calls)))
+		ooo = strconv.Itoa(int(g.ooo[len(g.ooo)-1]))
+	}
+	logf(e.log, "  fair %s rep %d: per process %v, %s out of order, %.0f acq/s, %d gave up", lib, rep, per, ooo, g.acq[len(g.acq)-1], fails)
+	return nil
+}
+
+// fairRatios compares fence with the others of the same repetitions:
+// acquisitions/s with the best Redis peer (the highest of the repetition)
+// and the lock server's CPU per acquisition with the best Redis peer (the
+// lowest); and both with etcd's, when it ran.
+func fairRatios(s *scenario, a map[string]*fairAgg) {
+	acq, cpu := map[string][]float64{}, map[string][]float64{}
+	for l, g := range a {
+		acq[l], cpu[l] = g.acq, g.cpu
+	}
+	f := a["fence"]
+	s.Ratios["acq_per_s fence/best_redis_peer"] = pairedRatio(f.acq, bestPeerPerRep(acq, redisPeers, false))
+	s.Ratios["server_cpu fence/best_redis_peer"] = pairedRatio(f.cpu, bestPeerPerRep(cpu, redisPeers, true))
+	if _, ok := a[etcdName]; ok {
+		s.Ratios["acq_per_s fence/"+etcdName] = pairedRatio(f.acq, acq[etcdName])
+		s.Ratios["server_cpu fence/"+etcdName] = pairedRatio(f.cpu, cpu[etcdName])
+	}
+}
+
 // fairOnce runs the contender processes of one library once: their calls,
-// and the lock server's CPU seconds over the run.
-func fairOnce(ctx context.Context, e *env, lib string, cs []*child) ([]call, float64, error) {
+// the lock server's CPU seconds over the run, and the Acquire calls that
+// gave up.
+func fairOnce(ctx context.Context, e *env, lib string, cs []*child) ([]call, float64, int64, error) {
 	cpu0, err := e.lockServerCPU(ctx, lib)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	// Every process starts at the same moment, 50 ms from now.
 	start := time.Now().Add(50 * time.Millisecond)
 	stop := start.Add(e.cfg.ContendedDur)
 	for _, c := range cs {
 		if err := c.send("go %d %d", start.UnixNano(), stop.UnixNano()); err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 	}
-	var calls []call
+	var (
+		calls []call
+		fails int64
+	)
 	limit := e.cfg.ContendedDur + time.Minute
 	for ci, c := range cs {
 		for {
 			l, err := c.next(ctx, limit)
 			if err != nil {
-				return nil, 0, err
+				return nil, 0, 0, err
 			}
-			if strings.HasPrefix(l, "end") {
+			if rest, ok := strings.CutPrefix(l, "end "); ok {
+				f, err := parseInts(rest)
+				if err != nil || len(f) != 2 {
+					return nil, 0, 0, fmt.Errorf("contender said %q", l)
+				}
+				fails += f[1]
 				break
 			}
 			rest, ok := strings.CutPrefix(l, "c ")
 			f, err := parseInts(rest)
 			if !ok || err != nil || len(f) != 3 {
-				return nil, 0, fmt.Errorf("contender said %q", l)
+				return nil, 0, 0, fmt.Errorf("contender said %q", l)
 			}
 			calls = append(calls, call{client: ci, start: f[0], waited: f[1], acquired: f[2]})
 		}
 	}
 	cpu1, err := e.lockServerCPU(ctx, lib)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	return calls, cpu1 - cpu0, nil
+	return calls, cpu1 - cpu0, fails, nil
 }
 
 // lockServerCPU is the CPU time (s) of the server lib locks on.
@@ -157,12 +207,12 @@ func (e *env) lockServerCPU(ctx context.Context, lib string) (float64, error) {
 // contenderRole: on each "go <start> <stop>", from start until stop, each
 // of the role's goroutines acquires the name, holds it, releases it,
 // again; then it says "c <start> <waited> <acquired>" per acquisition made
-// before stop and "end <n>". It ends when its stdin closes.
+// before stop and "end <n> <gave up>". It ends when its stdin closes.
 func contenderRole(r role, in *bufio.Scanner, out *lineWriter) error {
 	var mu sync.Mutex
 	waits := map[int64]int64{}
 	var onWait waitFunc
-	if r.Lib != etcdName {
+	if saysWhenWaiting(r.Lib) {
 		onWait = func(ctx context.Context) {
 			if id, ok := ctx.Value(callKey{}).(int64); ok {
 				now := time.Now().UnixNano()
@@ -185,7 +235,7 @@ func contenderRole(r role, in *bufio.Scanner, out *lineWriter) error {
 		if !ok || err != nil || len(t) != 2 {
 			return fmt.Errorf("unknown command %q", cmd)
 		}
-		calls, err := contend(l, r, &ids, &mu, waits, time.Unix(0, t[0]), time.Unix(0, t[1]))
+		calls, fails, err := contend(l, r, &ids, &mu, waits, time.Unix(0, t[0]), time.Unix(0, t[1]))
 		if err != nil {
 			return err
 		}
@@ -193,20 +243,22 @@ func contenderRole(r role, in *bufio.Scanner, out *lineWriter) error {
 		for _, c := range calls {
 			fmt.Fprintf(out.w, "c %d %d %d\n", c.start, c.waited, c.acquired)
 		}
-		fmt.Fprintf(out.w, "end %d\n", len(calls))
+		fmt.Fprintf(out.w, "end %d %d\n", len(calls), fails)
 		err = out.w.Flush()
 		out.mu.Unlock()
 		return err
 	})
 }
 
-// contend runs r.Goroutines goroutines on the name from start until stop.
-func contend(l locker, r role, ids *atomic.Int64, mu *sync.Mutex, waits map[int64]int64, start, stop time.Time) ([]call, error) {
+// contend runs r.Goroutines goroutines on the name from start until stop:
+// their acquisitions, and how many Acquire calls gave up (a peer's).
+func contend(l locker, r role, ids *atomic.Int64, mu *sync.Mutex, waits map[int64]int64, start, stop time.Time) ([]call, int64, error) {
 	time.Sleep(time.Until(start))
 	runCtx, cancel := context.WithDeadline(context.Background(), stop)
 	defer cancel()
 	var (
 		calls []call
+		fails atomic.Int64
 		errs  errOnce
 		wg    sync.WaitGroup
 	)
@@ -218,6 +270,10 @@ func contend(l locker, r role, ids *atomic.Int64, mu *sync.Mutex, waits map[int6
 				id := ids.Add(1)
 				c := call{start: time.Now().UnixNano()}
 				h, err := l.Acquire(context.WithValue(runCtx, callKey{}, id), r.Name)
+				if err != nil && runCtx.Err() == nil && gaveUp(err) {
+					fails.Add(1)
+					continue
+				}
 				if err != nil {
 					if runCtx.Err() == nil {
 						errs.set(err)
@@ -247,7 +303,7 @@ func contend(l locker, r role, ids *atomic.Int64, mu *sync.Mutex, waits map[int6
 	mu.Lock()
 	clear(waits)
 	mu.Unlock()
-	return calls, errs.get()
+	return calls, fails.Load(), errs.get()
 }
 
 // outOfOrder counts acquisitions b that came before the acquisition of a

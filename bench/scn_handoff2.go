@@ -15,18 +15,19 @@ import (
 )
 
 // The handover between two processes (issue "a fair lock across
-// processes": "handoff (2 processes) median ≤ 2× PING, ≥ 3× better than
-// today"): the holder is this process, the waiter another process, already
-// queued when the release starts; the gap runs from the start of Release
-// to the waiter's Acquire returning, both read on the system's real-time
-// clock, which the two processes share. The floor of any handover a
-// message carries is measured the same way: a PUBLISH from this process
-// to a subscriber in another.
+// processes": "handoff (2 processes) median ≤ 2× PING"): the holder is
+// this process, the waiter another process, already queued when the
+// release starts; the gap runs from the start of Release to the waiter's
+// Acquire returning, both read on the system's real-time clock, which the
+// two processes share. The floor of any handover a message carries is
+// measured the same way: a PUBLISH from this process to a subscriber in
+// another.
 
-// crossLibs are the libraries of the cross-process scenarios: fence, the
-// pre-queue library and, when the run has an etcd server, etcd.
-func (e *env) crossLibs() []string {
-	libs := []string{"fence", todayName}
+// handoff2Libs are the libraries of handoff2: fence and, when the run has
+// an etcd server, etcd. The polling peers' handover is their retry delay,
+// which handoff shows.
+func (e *env) handoff2Libs() []string {
+	libs := []string{"fence"}
 	if e.etcd != nil {
 		libs = append(libs, etcdName)
 	}
@@ -80,7 +81,7 @@ type handoff2 struct {
 }
 
 func startHandoff2(ctx context.Context, e *env) (_ *handoff2, err error) {
-	h := &handoff2{libs: e.crossLibs(), pairs: map[string]*handoffPair{}, repMed: map[string][]float64{}, pooled: map[string][]float64{}}
+	h := &handoff2{libs: e.handoff2Libs(), pairs: map[string]*handoffPair{}, repMed: map[string][]float64{}, pooled: map[string][]float64{}}
 	defer func() {
 		if err != nil {
 			h.close()
@@ -193,8 +194,6 @@ func (h *handoff2) report(e *env, s *scenario) {
 		s.Ratios["fence/PING"+v.suffix] = r("fence", "PING", v.m)
 		s.Ratios["floor/PING"+v.suffix] = r(floorName, "PING", v.m)
 		s.Ratios["fence/floor"+v.suffix] = r("fence", floorName, v.m)
-		s.Ratios[todayName+"/fence"+v.suffix] = r(todayName, "fence", v.m)
-		s.Ratios[todayName+"/PING"+v.suffix] = r(todayName, "PING", v.m)
 		if e.etcd != nil {
 			s.Ratios[etcdName+"/fence"+v.suffix] = r(etcdName, "fence", v.m)
 		}
@@ -204,7 +203,7 @@ func (h *handoff2) report(e *env, s *scenario) {
 		s.Extra["etcd_rounds"] = seen
 	}
 	s.Notes = append(s.Notes,
-		fmt.Sprintf("2 processes, one name: this process holds the lock, a waiter process (its own go-redis and lock client, or etcd client) calls Acquire; once the waiter is queued (fence: its WaitObserver fired, it is in the name's queue and subscribed; %s: its WaitObserver fired and it is subscribed; etcd: its key is under the mutex's prefix and its watch exists on the server) the holder releases, at once (%s) or after %v more (%s); gap = from the start of Release to the waiter's Acquire returning, on the real-time clock both processes read. %d handoffs per library and variant per repetition.", todayName, gapAtOnce, hold, gapAfterHold, n),
+		fmt.Sprintf("2 processes, one name: this process holds the lock, a waiter process (its own go-redis and lock client, or etcd client) calls Acquire; once the waiter is queued (fence: its WaitObserver fired, it is in the name's queue and subscribed; etcd: its key is under the mutex's prefix and its watch exists on the server) the holder releases, at once (%s) or after %v more (%s); gap = from the start of Release to the waiter's Acquire returning, on the real-time clock both processes read. %d handoffs per library and variant per repetition.", gapAtOnce, hold, gapAfterHold, n),
 		fmt.Sprintf("PING: %s = back-to-back PINGs (hot), %s = one PING after %v without traffic (the same idle as the held lock). %s: the floor of any handover a message carries: a PUBLISH from this process, received by a go-redis subscriber in another process (ReceiveMessage), from the start of PUBLISH to its receipt, after a PING (%s) or after %v idle (%s).", gapAtOnce, gapAfterHold, hold, floorName, gapAtOnce, hold, gapAfterHold))
 	if e.etcd != nil {
 		s.Notes = append(s.Notes, fmt.Sprintf("etcd: concurrency.Mutex (client go.etcd.io/etcd/client/v3, server %s, one session per locker). Its waiter watches its predecessor's key from the revision its Get read: such a watch starts unsynced, and etcd delivers an unsynced watcher's events only when its sync loop runs (every 100 ms). The two etcd watch rows time a bare watch the same way (a child watches a key, this process deletes it at once): from the Get's revision, as the Mutex does, and from the next revision. In this run the waiter's watch was unsynced when the holder released in %d of %d etcd handoffs (etcd_debugging_mvcc_slow_watcher_total ≥ 1 at the release).", e.etcdVersion(), slow, seen))
@@ -388,8 +387,8 @@ func (p *handoffPair) run(ctx context.Context, e *env, rounds int, hold time.Dur
 
 // waitQueued polls the server until the other process' waiter is queued on
 // name: for fence, in the name's queue and subscribed to its channel; for
-// the pre-queue library, subscribed; for etcd, its key is under the
-// mutex's prefix and a watch exists. slow: etcd's watch is unsynced.
+// etcd, its key is under the mutex's prefix and a watch exists. slow:
+// etcd's watch is unsynced.
 func (e *env) waitQueued(ctx context.Context, lib, name string) (slow bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -417,9 +416,6 @@ func (e *env) queued(ctx context.Context, lib, name string) (ok, slow bool, err 
 			return false, false, err
 		}
 		subs, err := e.subscribers(ctx, "fence:{"+name+"}:ch")
-		return subs >= 1, false, err
-	case todayName:
-		subs, err := e.subscribers(ctx, "today:{"+name+"}:ch")
 		return subs >= 1, false, err
 	case etcdName, etcdElectionName:
 		prefix := etcdPrefix + name + "/"

@@ -102,7 +102,6 @@ func runUncontended(ctx context.Context, e *env, res *results) error {
 		s.set(l.Name(), "latency_us", newFigure("µs", repMed[l.Name()], pooled[l.Name()]))
 	}
 	s.Ratios["fence/2xPING"] = pairedRatio(repMed["fence"], twoPing)
-	s.Ratios["fence/"+todayName] = pairedRatio(repMed["fence"], repMed[todayName])
 	best := bestPeerPerRep(repMed, e.peerNames(), true)
 	s.Ratios["fence/fastest_peer"] = pairedRatio(repMed["fence"], best)
 	for _, p := range e.peerNames() {
@@ -115,7 +114,7 @@ func runUncontended(ctx context.Context, e *env, res *results) error {
 func (e *env) peerNames() []string {
 	var out []string
 	for _, l := range e.libs {
-		if l.Name() != "fence" && l.Name() != todayName {
+		if l.Name() != "fence" {
 			out = append(out, l.Name())
 		}
 	}
@@ -156,7 +155,7 @@ func runParallel(ctx context.Context, e *env, res *results) error {
 	// Lua call: set-up, argument conversion, the replies' conversion),
 	// and outside any command (reading, parsing and answering requests).
 	split := map[string]map[string][]float64{}
-	scriptOnly := map[string]bool{"fence": true, todayName: true, "redislock": true}
+	scriptOnly := map[string]bool{"fence": true, "redislock": true}
 	for rep := 0; rep < e.cfg.Reps; rep++ {
 		for _, l := range rotated(e.libs, rep) {
 			st0, err := commandTimes(ctx, e.ping)
@@ -215,13 +214,19 @@ func runParallel(ctx context.Context, e *env, res *results) error {
 			}
 		}
 	}
-	best := bestPeerPerRep(rates, e.peerNames(), false)
-	s.Ratios["fence/best_peer"] = pairedRatio(rates["fence"], best)
-	s.Ratios["redis_cpu fence/"+todayName] = pairedRatio(srvUs["fence"], srvUs[todayName])
-	s.Ratios["redis_cpu fence/redislock"] = pairedRatio(srvUs["fence"], srvUs["redislock"])
+	parallelRatios(s, rates, srvUs, cliUs, e.peerNames())
 	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition. redis_cpu_us_per_op: Redis server CPU (INFO cpu, user+sys) per acquire+release; client_cpu_us_per_op: the bench process' CPU (getrusage) per acquire+release. Whichever side saturates its core bounds ops/s.", w, e.cfg.ParallelDur),
 		"Where the Redis CPU goes (libraries that send only scripts, from INFO commandstats): redis_cmds_per_op, the commands the scripts call; redis_in_commands_us_per_op, their time; redis_in_lua_us_per_op, the scripts' time less that (the Lua call itself); redis_outside_commands_us_per_op, the CPU spent outside any command: reading, parsing and answering the requests, the event loop, the expiry of keys.")
 	return nil
+}
+
+// parallelRatios compares fence with the others of the same repetitions:
+// ops/s with the best peer, and the Redis server's and the bench process'
+// CPU per acquire+release with redislock's.
+func parallelRatios(s *scenario, rates, srvUs, cliUs map[string][]float64, peers []string) {
+	s.Ratios["fence/best_peer"] = pairedRatio(rates["fence"], bestPeerPerRep(rates, peers, false))
+	s.Ratios["redis_cpu fence/redislock"] = pairedRatio(srvUs["fence"], srvUs["redislock"])
+	s.Ratios["client_cpu fence/redislock"] = pairedRatio(cliUs["fence"], cliUs["redislock"])
 }
 
 func parallelOnce(ctx context.Context, l locker, workers int, d time.Duration) (float64, int64, error) {

@@ -199,11 +199,7 @@ func (e *env) startLibs() error {
 		return fmt.Errorf("fence.New: %w", err)
 	}
 	e.fence = f
-	today, err := newTodayLocker(e.redis.Addr)
-	if err != nil {
-		return fmt.Errorf("prequeue.New: %w", err)
-	}
-	e.libs = []locker{f, newRedsyncLocker(e.redis.Addr), newRedislockLocker(e.redis.Addr, redislockBackoff, "redislock"), today}
+	e.libs = []locker{f, newRedsyncLocker(e.redis.Addr), newRedislockLocker(e.redis.Addr, redislockBackoff, "redislock")}
 	e.fastPoll = newRedislockLocker(e.redis.Addr, fastPollBackoff, fastPollName)
 	return nil
 }
@@ -225,7 +221,6 @@ func librarySettings() map[string]string {
 		"redsync":        "github.com/go-redsync/redsync/v4, one pool (goredis v9), NewMutex defaults: expiry 8 s, 32 tries, retry delay random 50–250 ms",
 		"redislock":      fmt.Sprintf("github.com/bsm/redislock, Obtain with TTL %v and RetryStrategy LinearBackoff(%v) (its documented example; no retry by default)", peerTTL, redislockBackoff),
 		fastPollName:     fmt.Sprintf("informational only, in handoff and contended: redislock with LinearBackoff(%v), not its documented setting; never used as the best peer in a goal", fastPollBackoff),
-		todayName:        "fence before the queue of waiters (bench/internal/prequeue, a frozen copy of fence at commit a7243a4), same defaults: the baseline of the fair lock's goals, measured in the same run; never a peer",
 		etcdName:         "etcd's concurrency.Mutex (go.etcd.io/etcd/client/v3), one client per process, one session (default TTL 60 s) per goroutine, a NewMutex per acquisition, on a single-member etcd server the bench starts (data directory on tmpfs where there is one: the bench's Redis persists nothing and its Postgres runs with fsync off): a peer in handoff2 and fair only",
 		electionName:     fmt.Sprintf("fence's Election (Client.Election(name), Campaign with a %d-byte value, Release to resign) at its defaults: term lease %v (fence.DefaultTermLease), renewed every lease/3; candidates in the lock's queue; in election, leaderkill and observe", len(campaignValue), fence.DefaultTermLease),
 		etcdElectionName: "etcd's concurrency.Election (go.etcd.io/etcd/client/v3), one client per process, one session (default TTL 60 s) per candidate, Campaign and Resign, on the bench's etcd server: a peer in election only",
