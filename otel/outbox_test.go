@@ -106,11 +106,23 @@ func TestRelayMetricsAndSpans(t *testing.T) {
 	// One send at a time: the twins reach the receiver one after the other.
 	outboxtest.StartRelay(t, e.pool, sender(t), outbox.WithObserver(e.obs), outbox.WithBatchSize(1), outbox.WithConcurrency(1),
 		outbox.WithPollInterval(10*time.Millisecond), outbox.WithBackoff(10*time.Millisecond, 10*time.Millisecond))
+	op := fencelockotel.KeyOp.String
+	// The relay reports a record after the database has it: wait for the
+	// six attempts' records to be reported, not only for the rows to be
+	// gone (the last report could come after that, and be missed).
+	recorded := func(rm metricdata.ResourceMetrics) int64 {
+		return count(t, rm, "fencelock.outbox.recorded", op("ack"), outcome("changed")) +
+			count(t, rm, "fencelock.outbox.recorded", op("retry"), outcome("changed"))
+	}
 	require.Eventually(t, func() bool {
 		c, err := outbox.Count(ctx, e.pool)
 		require.NoError(t, err)
-		return c == outbox.Counts{Dead: 1}
-	}, time.Minute, 10*time.Millisecond, "all delivered but the dead one")
+		if c != (outbox.Counts{Dead: 1}) {
+			return false
+		}
+		rm := e.collect(t)
+		return has(rm, "fencelock.outbox.recorded") && recorded(rm) >= 6
+	}, time.Minute, 10*time.Millisecond, "all delivered but the dead one, and the six attempts recorded")
 
 	rm := e.collect(t)
 	for o, want := range map[string]int64{"delivered": 2, "already_applied": 1, "superseded": 1, "retried": 1, "dead": 1} {
@@ -125,7 +137,6 @@ func TestRelayMetricsAndSpans(t *testing.T) {
 	assert.EqualValues(t, 6, count(t, rm, "fencelock.outbox.claimed"), "a claimed row per attempt")
 	n, _ = hist(t, rm, "fencelock.outbox.claim.duration")
 	assert.Positive(t, n)
-	op := fencelockotel.KeyOp.String
 	assert.EqualValues(t, 4, count(t, rm, "fencelock.outbox.recorded", op("ack"), outcome("changed")), "delivered ×2, already applied, superseded")
 	assert.EqualValues(t, 2, count(t, rm, "fencelock.outbox.recorded", op("retry"), outcome("changed")), "retried, dead")
 	assert.Zero(t, count(t, rm, "fencelock.outbox.recorded", outcome("claim_lost")))

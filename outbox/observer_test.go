@@ -127,7 +127,18 @@ func TestRelayObservers(t *testing.T) {
 	r := startRelay(t, db.Pool, httpSender(t), outbox.WithObserver(&rec), outbox.WithObserver(ctxChecker{t}),
 		outbox.WithBatchSize(1), outbox.WithConcurrency(1), outbox.WithPollInterval(10*time.Millisecond),
 		outbox.WithBackoff(10*time.Millisecond, 10*time.Millisecond), outbox.WithMaxAttempts(3))
-	eventually(t, func() bool { all, dead := rows(t, db.Pool); return all == 2 && dead == 1 }, "all delivered but the dead row and the stolen one")
+	// The relay reports a record after the database has it: wait for the
+	// seven attempts' records to be reported too, not only for the rows.
+	eventually(t, func() bool {
+		all, dead := rows(t, db.Pool)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		n := 0
+		for _, e := range rec.records {
+			n += e.Outcomes
+		}
+		return all == 2 && dead == 1 && n >= 7
+	}, "all delivered but the dead row and the stolen one, and the seven attempts recorded")
 	assert.Equal(t, map[string]int{"ok": 1}, applied())
 
 	rec.mu.Lock()
