@@ -36,11 +36,29 @@ func Check(t testing.TB, what string, err, want error, cause string) {
 		t.Errorf("%s: %q is named %d times in %q, want once", what, cause, n, msg)
 	}
 	for _, p := range Layers {
-		if n := strings.Count(msg, p); n > 1 {
+		if n := countLayer(msg, p); n > 1 {
 			t.Errorf("%s: prefix %q appears %d times in %q", what, p, n, msg)
 		}
 	}
 }
+
+// countLayer counts the layer prefix p in msg where it starts a word:
+// "fence: " inside "sqlfence: " is sqlfence's layer, not fence's.
+func countLayer(msg, p string) int {
+	n := 0
+	for i := 0; ; {
+		j := strings.Index(msg[i:], p)
+		if j < 0 {
+			return n
+		}
+		if k := i + j; k == 0 || !isLetter(msg[k-1]) {
+			n++
+		}
+		i += j + len(p)
+	}
+}
+
+func isLetter(b byte) bool { return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' }
 
 // Target is what Walk drives: a store of this module and its own calls.
 type Target[Tx any] struct {
