@@ -188,16 +188,30 @@ func hasChild(tests []string, t string) bool {
 
 // results gathers package results across runs.
 type results struct {
-	mu   sync.Mutex
-	byPk map[string][]pkgResult
+	mu     sync.Mutex
+	byPk   map[string][]pkgResult
+	frozen bool // see freeze
 }
 
 func newResults() *results { return &results{byPk: map[string][]pkgResult{}} }
 
-func (r *results) add(x pkgResult) {
+// add records x; false, recording nothing, once r is frozen.
+func (r *results) add(x pkgResult) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.frozen {
+		return false
+	}
 	r.byPk[x.Package] = append(r.byPk[x.Package], x)
+	return true
+}
+
+// freeze makes r take no more results: what a run that is about to be
+// killed reports is its kill, not a flake.
+func (r *results) freeze() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.frozen = true
 }
 
 func (r *results) failed() int {

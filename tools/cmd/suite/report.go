@@ -59,6 +59,9 @@ func parseBudgets(doc string) (budgets, error) {
 type printer struct {
 	mu sync.Mutex
 	w  io.Writer
+	// failuresOnly prints only failed packages, each line after prefix.
+	failuresOnly bool
+	prefix       string
 }
 
 func newPrinter(w io.Writer) *printer { return &printer{w: w} }
@@ -95,11 +98,13 @@ func (p *printer) pkg(r pkgResult, b budgets) {
 		budget = "no budget in docs/testing.md"
 	}
 	if r.Passed {
-		p.printf("ok    %-34s %7.1fs  %s\n", dir, r.Elapsed.Seconds(), budget)
+		if !p.failuresOnly {
+			p.printf("ok    %-34s %7.1fs  %s\n", dir, r.Elapsed.Seconds(), budget)
+		}
 		return
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "FAIL  %-34s %7.1fs  %s\n", dir, r.Elapsed.Seconds(), budget)
+	fmt.Fprintf(&sb, "%sFAIL  %-34s %7.1fs  %s\n", p.prefix, dir, r.Elapsed.Seconds(), budget)
 	for _, f := range r.Failed {
 		name := f.Test
 		if name == "" {

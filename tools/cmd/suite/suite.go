@@ -158,8 +158,9 @@ func (s *suite) test(ctx context.Context, m string, res *results, pkg, runRE str
 		return false
 	}
 	p := newParser(m, func(r pkgResult) {
-		res.add(r)
-		s.out.pkg(r, s.budgets)
+		if res.add(r) {
+			s.out.pkg(r, s.budgets)
+		}
 	})
 	p.read(stdout)
 	err = cmd.Wait()
@@ -241,9 +242,12 @@ func (s *suite) flakesOf(ctx context.Context) (bool, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		quiet := &suite{cfg: s.cfg, mods: s.mods, budgets: s.budgets, out: newPrinter(nil)}
+		// The load's runs count too: their failures are printed (with
+		// "load" for a prefix) and tabled at the end.
+		loadOut := &printer{w: s.out.w, failuresOnly: true, prefix: "load: "}
+		beside := &suite{cfg: s.cfg, mods: s.mods, budgets: s.budgets, out: loadOut}
 		for loadCtx.Err() == nil {
-			quiet.allTests(loadCtx, load)
+			beside.allTests(loadCtx, load)
 		}
 	}()
 	res := newResults()
@@ -251,10 +255,14 @@ func (s *suite) flakesOf(ctx context.Context) (bool, error) {
 		s.out.printf("suite: %s run %d of %d (load: the whole suite, %d packages done)\n", s.cfg.pkg, i, s.cfg.runs, load.count())
 		s.test(ctx, m, res, pkg, s.cfg.run)
 	}
+	// The runs of the load still going are killed: not flakes.
+	load.freeze()
 	stopLoad()
 	wg.Wait()
 	s.out.flakeTable(res)
-	return res.failed() == 0, ctx.Err()
+	s.out.printf("\nThe load, the whole suite beside it (runs that ended before %s's last):\n", s.cfg.pkg)
+	s.out.flakeTable(load)
+	return res.failed() == 0 && load.failed() == 0, ctx.Err()
 }
 
 // locate splits a directory of the repository into its module and the

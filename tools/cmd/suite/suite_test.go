@@ -110,3 +110,30 @@ func TestParserTimeout(t *testing.T) {
 		t.Errorf("failures %+v, want TestSlow/README unfinished with its output and the panic", f)
 	}
 }
+
+// make flakes -pkg counts the load's runs too, but not what its kill at
+// the end reports, and prints only the load's failures, marked as the
+// load's.
+func TestLoadResults(t *testing.T) {
+	load := newResults()
+	ok := pkgResult{Package: "github.com/fencelock/fencelock/outbox", Passed: true}
+	fail := pkgResult{Package: "github.com/fencelock/fencelock/fence", Failed: []testFailure{{Test: "TestX", Output: "boom\n"}}}
+	if !load.add(ok) || !load.add(fail) {
+		t.Fatal("add refused a result before freeze")
+	}
+	load.freeze()
+	killed := pkgResult{Package: "github.com/fencelock/fencelock/fence", Failed: []testFailure{{Test: "TestKilled"}}}
+	if load.add(killed) {
+		t.Error("add took a result after freeze")
+	}
+	if load.count() != 2 || load.failed() != 1 {
+		t.Errorf("count %d failed %d, want 2 and 1", load.count(), load.failed())
+	}
+	var out strings.Builder
+	p := &printer{w: &out, failuresOnly: true, prefix: "load: "}
+	p.pkg(ok, nil)
+	p.pkg(fail, nil)
+	if got := out.String(); strings.Contains(got, "outbox") || !strings.HasPrefix(got, "load: FAIL  fence") || !strings.Contains(got, "TestX") {
+		t.Errorf("the load's printer printed:\n%s", got)
+	}
+}
