@@ -412,8 +412,12 @@ func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
 	// No go-redis retries: the watchdog's own retries must carry it.
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	ctx := ctxT(t, 60*time.Second)
-	const lease = 1500 * time.Millisecond
+	ctx := ctxT(t, 90*time.Second)
+	// A renewal attempt may wait until the lock's deadline for its
+	// answer: under a load of 10 on 2 cores one attempt during a cut
+	// took a whole second to fail, and a 1.5 s lease left it no time for
+	// the retry. 3 s leaves two seconds after a blip.
+	const lease = 3 * time.Second
 	rec := newRecorder()
 	c := newClient(t, r, rdb, fence.WithLease(lease), fence.WithObserver(rec))
 	l, err := c.Acquire(ctx, "blip")
