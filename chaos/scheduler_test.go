@@ -32,7 +32,11 @@ func TestSchedulerTrials(t *testing.T) {
 	if rep.Pauses+rep.Kills != 2 {
 		t.Errorf("the trial did not inject its faults: %+v", *rep)
 	}
-	ctl, err := RunScheduler(ctx, SchedulerConfig{Trials: 1, Seed: *flagSeed, Ticks: 4, Faults: 1, Guard: false, Command: SelfCommand,
+	// Three control trials: on a loaded machine one trial of four ticks
+	// ran each once (the lagging instance's fire came after the tick was
+	// due no more), and the control must show a duplicate to prove the
+	// checker sees one.
+	ctl, err := RunScheduler(ctx, SchedulerConfig{Trials: 3, Seed: *flagSeed, Ticks: 4, Faults: 1, Guard: false, Command: SelfCommand,
 		StepDelay: time.Millisecond, // shorter than the clocks' offsets: the case of a lock alone
 		Postgres:  pg, Redis: rd})
 	if err != nil {

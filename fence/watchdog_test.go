@@ -412,12 +412,13 @@ func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
 	// No go-redis retries: the watchdog's own retries must carry it.
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	ctx := ctxT(t, 90*time.Second)
-	// A renewal attempt may wait until the lock's deadline for its
-	// answer: under a load of 10 on 2 cores one attempt during a cut
-	// took a whole second to fail, and a 1.5 s lease left it no time for
-	// the retry. 3 s leaves two seconds after a blip.
-	const lease = 3 * time.Second
+	ctx := ctxT(t, 2*time.Minute)
+	// The lease leaves round trips the time a loaded machine takes: under
+	// the whole suite and a chaos run beside the package (a load of 10 to
+	// 15 on 2 cores) round trips on an open network took 0.75 s and a
+	// retry started half a second late, which used up what a 1.5 s lease
+	// and then a 3 s one left after a blip. 6 s leaves 5.
+	const lease = 6 * time.Second
 	rec := newRecorder()
 	c := newClient(t, r, rdb, fence.WithLease(lease), fence.WithObserver(rec))
 	l, err := c.Acquire(ctx, "blip")
@@ -459,7 +460,7 @@ func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
 	heal := func() { p.Restore(); rec.mark("restored") }
 	pause := func() { require.NoError(t, r.Pause()); rec.mark("paused") }
 	resume := func() { require.NoError(t, r.Resume()); rec.mark("resumed") }
-	for range 3 {
+	for range 2 {
 		// A cut fails the renewal in flight or the next one at once (the
 		// proxy refuses connections): no guess needed.
 		renewed()
@@ -479,14 +480,14 @@ func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
 	renewed()
 	renewed()
 	assert.NoError(t, l.Err(), "blips shorter than lease/3 lose nothing")
-	assert.GreaterOrEqual(t, rec.count("renewalFailed"), 3, "each cut failed a renewal")
+	assert.GreaterOrEqual(t, rec.count("renewalFailed"), 2, "each cut failed a renewal")
 	delayed := 0
 	for _, e := range all[fence.RenewEvent](rec) {
 		if e.Err == nil && e.Duration >= lease/10 {
 			delayed++
 		}
 	}
-	assert.GreaterOrEqual(t, delayed, 6, "each partition and each pause delayed a renewal")
+	assert.GreaterOrEqual(t, delayed, 4, "each partition and each pause delayed a renewal")
 	assert.Zero(t, rec.count("lost"))
 	require.NoError(t, l.Release(ctx))
 }
