@@ -79,7 +79,10 @@ func TestPubSubFaultIsNotAnOutage(t *testing.T) {
 	t.Logf("fence logged:\n%s", strings.Join(lines, "\n"))
 	require.Len(t, lines, 1, "%s", logs.String())
 	assert.Contains(t, lines[0], `level=WARN msg="fence: cannot subscribe to lock notifications; `)
-	assert.Contains(t, lines[0], "name=ps2 ")
+	// Either name: the killed connection's resubscription of ps1 and the
+	// new waiter's subscription of ps2 both meet the cut, and the first
+	// to give up is the one reported (ps1 once in a fresh clone's run).
+	assert.True(t, strings.Contains(lines[0], "name=ps1 ") || strings.Contains(lines[0], "name=ps2 "), "names a waiter's lock: %s", lines[0])
 	assert.True(t, strings.HasSuffix(lines[0], " err=EOF"), "with the pub/sub connection's error (the cut proxy closes each redial)")
 	assert.NotContains(t, logs.String(), "unreachable", "commands work: not an outage")
 }
