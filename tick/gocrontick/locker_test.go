@@ -135,18 +135,20 @@ func TestGocronRunsEachTickOnce(t *testing.T) {
 	// tick up to last to have run (a fresh clone's make test read one as
 	// missed the moment last had run); a tick still without a run then is
 	// missed.
-	var counts []ticktest.TickCount
-	var sum ticktest.Tally
-	assert.Eventually(t, func() bool {
-		counts, err = ticktest.Count(ctx, env.DB.Pool, "sync")
+	tally := func() ([]ticktest.TickCount, ticktest.Tally, error) {
+		counts, err := ticktest.Count(ctx, env.DB.Pool, "sync")
 		if err != nil || len(counts) == 0 {
-			return false
+			return counts, ticktest.Tally{}, fmt.Errorf("no tick counted: %v", err)
 		}
-		sum = ticktest.Sum(counts, ticktest.Ticks(tick.Every(time.Second), counts[0].Tick, last))
-		return sum.Missed == 0
+		return counts, ticktest.Sum(counts, ticktest.Ticks(tick.Every(time.Second), counts[0].Tick, last)), nil
+	}
+	assert.Eventually(t, func() bool {
+		_, sum, err := tally()
+		return err == nil && sum.Missed == 0
 	}, 35*time.Second, 50*time.Millisecond, "every tick up to %s ran", tick.Key(last))
 	proxy.Restore()
-	require.NotEmpty(t, counts)
+	counts, sum, err := tally()
+	require.NoError(t, err)
 	assert.Equal(t, sum.Ticks, sum.Once, "every tick once: %+v; %s", sum, sk)
 	for _, c := range counts {
 		if c.Tick.Equal(cutAt) {
