@@ -417,7 +417,8 @@ func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
 	// the whole suite and a chaos run beside the package (a load of 10 to
 	// 15 on 2 cores) round trips on an open network took 0.75 s and a
 	// retry started half a second late, which used up what a 1.5 s lease
-	// and then a 3 s one left after a blip. 6 s leaves 5.
+	// and then a 3 s one left after a blip (about 1 s, then 2 s). 6 s
+	// leaves about 4 s.
 	const lease = 6 * time.Second
 	rec := newRecorder()
 	c := newClient(t, r, rdb, fence.WithLease(lease), fence.WithObserver(rec))
