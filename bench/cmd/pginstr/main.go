@@ -20,6 +20,7 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -250,7 +251,14 @@ func startPostgres() (*pg, error) {
 			return nil, err
 		}
 	}
-	p := &pg{dir: dir, port: 15000 + os.Getpid()%20000}
+	// A free port, as the kernel hands one out; closed again for
+	// Postgres to take.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &pg{dir: dir, port: ln.Addr().(*net.TCPAddr).Port}
+	_ = ln.Close()
 	data := filepath.Join(dir, "data")
 	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
