@@ -111,10 +111,11 @@ type Client struct {
 
 // New returns a Client on rdb (see [RedisClient] for the clients that
 // work). opts set the client's behaviour and the defaults of its
-// acquisitions; a bad option is an error. For renewals to give up on a
-// dead connection at the lock's deadline rather than at the client's read
-// timeout, create rdb with ContextTimeoutEnabled; losses are signalled on
-// time either way.
+// acquisitions; a bad option is an error. Create rdb with
+// ContextTimeoutEnabled: a renewal attempt then gives up a quarter of the
+// lease before the lock's deadline, rather than at the client's read
+// timeout, and is retried on a fresh connection, so a request lost on a
+// dead connection costs no lock. Losses are signalled on time either way.
 func New(rdb RedisClient, opts ...ClientOption) (*Client, error) {
 	if err := checkRedisClient(rdb); err != nil {
 		return nil, err

@@ -116,9 +116,9 @@ func newWatchdog(c *Client) *watchdog {
 }
 
 // close stops both goroutines and waits for them. A renewal round in
-// flight is bounded by its context deadline (the earliest lock deadline of
-// the round, at most 5 s) when the client has ContextTimeoutEnabled, else
-// by the client's read timeout.
+// flight is bounded by its context deadline (see renewAttemptEnd; at most
+// 5 s) when the client has ContextTimeoutEnabled, else by the client's
+// read timeout.
 func (w *watchdog) close() {
 	close(w.stop)
 	w.wg.Wait()
@@ -505,7 +505,7 @@ func (w *watchdog) renewNode(b batch) {
 // round renews locks and sends the heartbeats of waiters, which live on
 // one node, in one pipeline.
 func (w *watchdog) round(locks []*Lock, waiters []*waiter) roundResult {
-	locks, calls, earliest := w.renewCalls(locks, len(waiters))
+	locks, calls, end := w.renewCalls(locks, len(waiters))
 	for _, x := range waiters {
 		calls = append(calls, x.beatCall())
 	}
@@ -515,10 +515,10 @@ func (w *watchdog) round(locks []*Lock, waiters []*waiter) roundResult {
 	// Also capped at releaseTimeout, so that Close never waits a whole
 	// long lease for a round hung on a dead connection (and heartbeats
 	// alone are bounded by it).
-	if cap := time.Now().Add(releaseTimeout); len(locks) == 0 || cap.Before(earliest) {
-		earliest = cap
+	if cap := time.Now().Add(releaseTimeout); len(locks) == 0 || cap.Before(end) {
+		end = cap
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), earliest)
+	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
 	r := roundResult{locks: locks, start: time.Now(), res: make([]int64, len(locks)),
 		other: make([]string, len(locks)), errs: make([]error, len(locks)),
@@ -536,8 +536,7 @@ func (w *watchdog) round(locks []*Lock, waiters []*waiter) roundResult {
 // renewCalls drops from locks those released or lost since they were
 // queued (no renewal is started for a lock after remove returned), and
 // returns the rest with their renewal calls (room left for extra more)
-// and the earliest deadline among them: the round may not outlive it,
-// past it the scheduler has declared the lock lost anyway. A waiter that
+// and when the round's attempt ends (see renewAttemptEnd). A waiter that
 // left is still sent (its leave waits for the answer): the answer is
 // ignored.
 func (w *watchdog) renewCalls(locks []*Lock, extra int) ([]*Lock, []scriptCall, time.Time) {
@@ -553,13 +552,41 @@ func (w *watchdog) renewCalls(locks []*Lock, extra int) ([]*Lock, []scriptCall, 
 	}
 	calls := make([]scriptCall, len(kept), len(kept)+extra)
 	var earliest time.Time
+	var shortest time.Duration
 	for i, l := range kept {
 		calls[i] = l.renewCall(l.sched.leaseArg)
 		if d := time.Unix(0, l.deadline.Load()); i == 0 || d.Before(earliest) {
 			earliest = d
 		}
+		if i == 0 || l.sched.lease < shortest {
+			shortest = l.sched.lease
+		}
 	}
-	return kept, calls, earliest
+	return kept, calls, renewAttemptEnd(time.Now(), earliest, shortest)
+}
+
+// renewAttemptEnd is when a renewal attempt started at now gives up: a
+// quarter of the shortest lease among its locks before the earliest of
+// their deadlines, so that a retry still fits, or at that deadline when
+// less than half the lease is left (a retry gets all of it). Past the
+// deadline the scheduler has declared the lock lost anyway.
+//
+// Giving up before the deadline matters when a request is lost rather
+// than late (a connection dropped without a reset, a host gone): its
+// answer never comes, and an attempt that waited for it until the
+// deadline would lose a lock whose server is reachable again a moment
+// later. go-redis drops a connection whose read timed out, so the retry
+// (retryDelay later) goes out on a fresh one. Renewals are idempotent:
+// retrying one that did arrive costs a round trip. A server merely slow
+// keeps 5/12 of the lease per attempt (from a renewal due a third into
+// the lease). The bound takes effect through the context's deadline, so
+// only with ContextTimeoutEnabled; the client's ReadTimeout and
+// releaseTimeout (see round) end an attempt sooner when shorter.
+func renewAttemptEnd(now, earliest time.Time, shortest time.Duration) time.Time {
+	if reserve := shortest / 4; earliest.Sub(now) > 2*reserve {
+		return earliest.Add(-reserve)
+	}
+	return earliest
 }
 
 // parse fills r from the round's replies (its renewals first, then its

@@ -3,7 +3,9 @@ package fence_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -490,6 +492,68 @@ func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, delayed, 4, "each partition and each pause delayed a renewal")
 	assert.Zero(t, rec.count("lost"))
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestLostRenewalIsRetried loses one renewal on its way (the proxy drops
+// the data while the connection stays open, as behind a host gone without
+// a reset) and brings the network back at once. The attempt waiting for
+// that answer must give up in time for a retry on a fresh connection to
+// keep the lock: waiting until the deadline would lose a lock whose
+// server was reachable all along.
+func TestLostRenewalIsRetried(t *testing.T) {
+	t.Parallel()
+	r := testenv.NewRedisServer(t)
+	p, err := testenv.NewProxy(r.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	// No read timeout (-1): go-redis's default of 3 s, and the round's
+	// cap of 5 s, would end an attempt sooner at a longer lease; at a
+	// lease under 4.5 s with default options, or with a longer
+	// ReadTimeout, the watchdog's own bound is what ends it.
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := ctxT(t, 2*time.Minute)
+	// The retry has a quarter of the lease, less retryDelay: 1.25 s.
+	const lease = 6 * time.Second
+	rec := newRecorder()
+	c := newClient(t, r, rdb, fence.WithLease(lease), fence.WithObserver(rec))
+	l, err := c.Acquire(ctx, "dropped")
+	require.NoError(t, err)
+	start := time.Now()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("timeline:%s", rec.timeline(start))
+		}
+	})
+	rec.waitCount(t, "renewed", 1)
+	before := p.Reads()
+	p.Drop()
+	rec.mark("dropping")
+	require.Eventually(t, func() bool { return p.Reads() > before }, lease, time.Millisecond, "no renewal met the drop")
+	p.Restore()
+	rec.mark("restored")
+	rec.waitCount(t, "renewalFailed", 1)
+	require.Eventually(t, func() bool { return rec.count("renewed") >= 3 || l.Err() != nil }, 20*time.Second, time.Millisecond)
+	require.NoError(t, l.Err(), "a lost renewal request is retried within the lease")
+	assert.Zero(t, rec.count("lost"))
+	failed := all[fence.RenewEvent](rec)
+	var timedOut *fence.RenewEvent
+	for i := range failed {
+		if failed[i].Err != nil {
+			timedOut = &failed[i]
+			break
+		}
+	}
+	require.NotNil(t, timedOut)
+	var ne net.Error
+	assert.True(t, errors.Is(timedOut.Err, context.DeadlineExceeded) || errors.As(timedOut.Err, &ne) && ne.Timeout(),
+		"the lost request's attempt timed out: %v", timedOut.Err)
+	// It gave up 5/12 of the lease after it began (a renewal is due a
+	// third into the lease; the retry keeps the last quarter), not at
+	// once and not at the deadline.
+	assert.GreaterOrEqual(t, timedOut.Duration, lease/3, "the attempt waited for its answer")
+	assert.Less(t, timedOut.Duration, 2*lease/3-lease/12, "the attempt gave up before the deadline")
 	require.NoError(t, l.Release(ctx))
 }
 

@@ -12,7 +12,7 @@ import (
 // Proxy is a TCP proxy between a client and a server that injects network
 // faults. Point the client at Addr instead of the server.
 //
-// It is a small own proxy rather than toxiproxy: the four faults below are
+// It is a small own proxy rather than toxiproxy: the five faults below are
 // all the tests need, and it keeps a server process and an HTTP API out of
 // every test.
 type Proxy struct {
@@ -37,6 +37,7 @@ const (
 	modeOpen proxyMode = iota
 	modeCut
 	modeBlackhole
+	modeDrop
 )
 
 type link struct{ client, server net.Conn }
@@ -97,8 +98,9 @@ type chunk struct {
 }
 
 // pipe copies src to dst. While blackholed it holds the data back (like a
-// partition with TCP retransmission: delivered once restored); with a
-// delay each chunk is written no earlier than its read time plus the delay.
+// partition with TCP retransmission: delivered once restored); while
+// dropping it discards what it reads; with a delay each chunk is written
+// no earlier than its read time plus the delay.
 func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 	defer p.wg.Done()
 	q := make(chan chunk, 64)
@@ -133,8 +135,14 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 		buf := make([]byte, 32<<10)
 		n, err := src.Read(buf)
 		if n > 0 {
+			// Decided before counting: once Reads has grown, a Restore
+			// no longer changes what happens to this read.
+			drop := p.dropping()
 			if src == l.client {
 				p.reads.Add(1)
+			}
+			if drop {
+				continue
 			}
 			select {
 			case q <- chunk{b: buf[:n], at: time.Now()}:
@@ -148,6 +156,12 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 	}
 }
 
+func (p *Proxy) dropping() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mode == modeDrop
+}
+
 // waitOpen blocks while the proxy is blackholed; false when the link must
 // close.
 func (p *Proxy) waitOpen() bool {
@@ -158,7 +172,7 @@ func (p *Proxy) waitOpen() bool {
 		if closed || mode == modeCut {
 			return false
 		}
-		if mode == modeOpen {
+		if mode == modeOpen || mode == modeDrop {
 			return true
 		}
 		<-ch
@@ -195,6 +209,12 @@ func (p *Proxy) Cut() { p.setMode(modeCut) }
 // direction until Restore, as in a network partition.
 func (p *Proxy) Blackhole() { p.setMode(modeBlackhole) }
 
+// Drop keeps connections open and accepts new ones but discards the data
+// read in either direction until Restore: a request sent meanwhile is
+// lost, not late, and its connection waits for an answer that never
+// comes, as behind a host gone without a reset.
+func (p *Proxy) Drop() { p.setMode(modeDrop) }
+
 // Delay adds d of latency to every chunk in each direction (0 removes it).
 func (p *Proxy) Delay(d time.Duration) {
 	p.mu.Lock()
@@ -202,8 +222,8 @@ func (p *Proxy) Delay(d time.Duration) {
 	p.mu.Unlock()
 }
 
-// Restore ends Cut and Blackhole (held data is delivered) and removes any
-// delay.
+// Restore ends Cut, Blackhole (held data is delivered) and Drop, and
+// removes any delay.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	p.delay = 0
@@ -212,7 +232,7 @@ func (p *Proxy) Restore() {
 }
 
 // Reads is how many reads of client data the proxy has taken in so far,
-// delivered or (while blackholed) held back: a test that waits for it to
+// delivered, held back (blackholed) or discarded (dropping): a test that waits for it to
 // grow after a fault began knows that a request met the fault.
 func (p *Proxy) Reads() int64 { return p.reads.Load() }
 

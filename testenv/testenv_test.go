@@ -208,6 +208,22 @@ func TestProxyFaults(t *testing.T) {
 		assert.Equal(t, "lost?", string(buf))
 	})
 
+	t.Run("drop", func(t *testing.T) {
+		before := p.Reads()
+		p.Drop()
+		_, err := roundTrip(c, "gone", 300*time.Millisecond)
+		var ne net.Error
+		require.True(t, errors.As(err, &ne) && ne.Timeout(), "a dropped request must time out, got %v", err)
+		require.Eventually(t, func() bool { return p.Reads() > before }, time.Second, time.Millisecond, "the request reached the proxy")
+		p.Restore()
+		// Unlike a blackhole, nothing arrives after Restore: the echo of
+		// the next request is the first thing read, and the connection
+		// stayed open.
+		got, err := roundTrip(c, "after", 2*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, "after", got)
+	})
+
 	t.Run("cut", func(t *testing.T) {
 		p.Cut()
 		_, err := roundTrip(c, "dead", time.Second)
