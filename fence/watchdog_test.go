@@ -514,8 +514,12 @@ func TestLostRenewalIsRetried(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := ctxT(t, 2*time.Minute)
-	// The retry has a quarter of the lease, less retryDelay: 1.25 s.
-	const lease = 6 * time.Second
+	// The retry has a quarter of the lease, less retryDelay: 2.75 s. Under
+	// the whole suite and make flakes beside it (a load of 10 to 15 on 2
+	// cores) the timed-out read ended 0.9 s after its deadline and the
+	// retry on a fresh connection took more than the 0.6 s a 6 s lease
+	// left.
+	const lease = 12 * time.Second
 	rec := newRecorder()
 	c := newClient(t, r, rdb, fence.WithLease(lease), fence.WithObserver(rec))
 	l, err := c.Acquire(ctx, "dropped")
