@@ -24,20 +24,16 @@
 //		})
 //	}, guard.WithKey(batchID))
 //
-// With pgfence the rows are written in the round trip that commits, after
-// fn has returned: no round trip of their own. With sqlfence each Add is
-// one round trip, in fn: the rows are written at once in fn's
-// transaction, so that a savepoint fn rolls back with SQL (as GORM's
-// nested transactions do) undoes them; they take no lock another
-// transaction waits for, so a holder frozen inside fn holds up no one
-// because of them. They are written dead, and the commit's claim
-// statement makes them live once its check has passed, so a fn that ends
-// the transaction itself (a COMMIT sent as SQL, Commit on its *sql.Tx)
-// leaves them dead, never sent. Each Add is one plain INSERT of rows that
-// carry the transaction's claim (resource, token, holder); the commit's
-// own check of that claim, under the fence lock, is what lets them go
-// out, so they cost no check of their own. pgfence prepares the statement
-// once per connection.
+// Both stores record effects the same way: the commit writes them, live,
+// in the committing transaction, after fn returned nil (pgfence in the
+// commit's own round trip, sqlfence one statement per Add after the
+// claim). A fn that ends the transaction itself records none; a savepoint
+// rolled back drops them only if the store sees it (pgfence's tx.Begin),
+// not one made in SQL; see [Add]. Each Add is one plain INSERT of rows
+// that carry the transaction's claim (resource, token, holder); the
+// commit's own check of that claim, under the fence lock, is what lets
+// them go out, so they cost no check of their own. pgfence prepares the
+// statement once per connection.
 // The relays of the process wake when the commit succeeds; [Notify] wakes
 // those of other processes too.
 //

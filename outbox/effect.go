@@ -147,15 +147,15 @@ type row struct {
 	O bool                `json:"o,omitempty"`
 }
 
-// encode checks effects and returns the statements that record them for
-// claim, with their arguments.
-func encode(claim guard.Claim, effects []Effect) (pgcore.Rows, error) {
+// encode checks effects and returns the statement that records them for
+// claim, with its arguments.
+func encode(claim guard.Claim, effects []Effect) (pgcore.Queued, error) {
 	if len(effects) == 0 {
-		return pgcore.Rows{}, fmt.Errorf("%w: no effect given", ErrInvalidEffect)
+		return pgcore.Queued{}, fmt.Errorf("%w: no effect given", ErrInvalidEffect)
 	}
 	for i := range effects {
 		if err := effects[i].check(i); err != nil {
-			return pgcore.Rows{}, err
+			return pgcore.Queued{}, err
 		}
 	}
 	if len(effects) <= maxValuesRows {
@@ -167,7 +167,7 @@ func encode(claim guard.Claim, effects []Effect) (pgcore.Rows, error) {
 			if h := canonical(e.Header); h != nil {
 				b, err := json.Marshal(h)
 				if err != nil {
-					return pgcore.Rows{}, fmt.Errorf("outbox: encode effects: %w", err)
+					return pgcore.Queued{}, fmt.Errorf("outbox: encode effects: %w", err)
 				}
 				header = string(b)
 			}
@@ -177,9 +177,7 @@ func encode(claim guard.Claim, effects []Effect) (pgcore.Rows, error) {
 			}
 			args = append(args, e.Destination, e.Key, payload, header, e.Ordered)
 		}
-		r := sqlAddValues[len(effects)]
-		r.Args = args
-		return r, nil
+		return pgcore.Queued{SQL: sqlAddValues[len(effects)], Args: args}, nil
 	}
 	rows := make([]row, len(effects))
 	for i := range effects {
@@ -188,11 +186,9 @@ func encode(claim guard.Claim, effects []Effect) (pgcore.Rows, error) {
 	}
 	b, err := json.Marshal(rows)
 	if err != nil {
-		return pgcore.Rows{}, fmt.Errorf("outbox: encode effects: %w", err)
+		return pgcore.Queued{}, fmt.Errorf("outbox: encode effects: %w", err)
 	}
-	r := sqlAddJSON
-	r.Args = []any{claim.Resource, claim.Token, claim.Holder, string(b)}
-	return r, nil
+	return pgcore.Queued{SQL: sqlAddJSON, Args: []any{claim.Resource, claim.Token, claim.Holder, string(b)}}, nil
 }
 
 // canonical is h with canonical names, nil when it holds nothing.

@@ -59,11 +59,10 @@
 // finds out before it claims (the claim runs only inside the transaction
 // the check marked) and returns an error wrapping guard.ErrTxEnded, which
 // says fn's writes may have committed without the fence check; it never
-// reports such a transaction as refused. The effects fn recorded with
-// package outbox's Add are not among those writes: Add writes them dead,
-// and only close makes them live, so they stay dead (with the reason, in
-// fencectl outbox list --dead) and are never sent. To roll back, return
-// an error from fn.
+// reports such a transaction as refused. The effects fn added with
+// package outbox's Add are not among those writes: the commit writes
+// them, after its claim, and it does not run. To roll back, return an
+// error from fn.
 //
 // A commit whose connection breaks while COMMIT is in flight has an
 // unknown outcome: guard.ErrUnknownOutcome (use guard.WithKey: a retry

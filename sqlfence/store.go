@@ -113,27 +113,7 @@ const (
 	// (and commit a claim nobody checked); there the mark reads '' and
 	// close does not run.
 	closeSQL = "SELECT fencelock.close($1, $2, $3, $4, $5, $6, $7) WHERE pg_catalog.current_setting('sqlfence.tx', true) OPERATOR(pg_catalog.=) $8"
-	// closeReviveSQL is closeSQL for a transaction that recorded outbox
-	// rows (pgcore.Write: inserted dead): close's result is
-	// outbox_revive's argument, so the rows $9 (an int8[] in text form)
-	// come alive only once close's check has passed, in the same round
-	// trip; after a COMMIT of fn's own they stay dead.
-	closeReviveSQL = "SELECT fencelock.outbox_revive($9::pg_catalog.text::pg_catalog.int8[], fencelock.close($1, $2, $3, $4, $5, $6, $7))" +
-		" WHERE pg_catalog.current_setting('sqlfence.tx', true) OPERATOR(pg_catalog.=) $8"
 )
-
-// idArray is ids as an int8[] literal, '{1,2,3}': a string every driver
-// sends.
-func idArray(ids []int64) string {
-	b := append(make([]byte, 0, 2+len(ids)*8), '{')
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, id, 10)
-	}
-	return string(append(b, '}'))
-}
 
 // openQuery is openSQL with the Store's timeouts (built once, by New).
 func (s *Store) openQuery() string {
@@ -187,7 +167,6 @@ func (s *Store) begin(ctx context.Context, c guard.Claim, run pgcore.RunOp) (*tx
 	}
 	t := &txn{s: s, tx: tx, cancel: cancel, args: closeArgs(c, run)}
 	t.queue.Claim = c
-	t.queue.Exec = t.execNow
 	t.args = append(t.args, s.nonce+"-"+strconv.FormatUint(s.serial.Add(1), 10))
 	var readOnly string
 	dest := []any{new(sql.NullString), &readOnly, new(string), new(string), new(string)}

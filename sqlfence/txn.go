@@ -35,32 +35,6 @@ func (t *txn) end() []pgcore.Queued {
 
 func (t *txn) Tx() *sql.Tx { return t.tx }
 
-// execNow runs a statement of pgcore.Write in the transaction at once, as
-// fn's own statements run (a savepoint fn rolls back undoes it), and
-// returns the ids of the rows it recorded dead, which the commit makes
-// live.
-func (t *txn) execNow(ctx context.Context, q string, args []any) ([]int64, error) {
-	rows, err := t.tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		// A refusal (the outbox's INSERT revoked) is worded as every
-		// store's: fn gets it from Add, and returns it.
-		return nil, t.s.core.ExplainPermission(ctx, mapError(err))
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, t.s.core.ExplainPermission(ctx, mapError(err))
-	}
-	return ids, nil
-}
-
 // Commit claims the fence, records the key and the run (fencelock.close),
 // runs the statements queued with pgcore.OnCommit (one round trip each:
 // database/sql sends one statement at a time) and commits: two statements
@@ -75,9 +49,8 @@ func (t *txn) execNow(ctx context.Context, q string, args []any) ([]int64, error
 //   - fn sent COMMIT or ROLLBACK as SQL through it: the transaction's mark
 //     is gone, close does not run, the error wraps guard.ErrTxEnded too.
 //
-// Either way the outbox rows fn recorded (package outbox's Add: written
-// dead, made live by the statement that claims, once its check passed)
-// stay dead, never sent.
+// Either way nothing queued is sent: the effects fn added (package
+// outbox) are not recorded.
 //
 // A refused claim rolls back (FL001: a *guard.StaleTokenError; FL003:
 // guard.ErrAlreadyApplied). An error from COMMIT itself that carries no
@@ -97,12 +70,8 @@ func (t *txn) commit(ctx context.Context) error {
 	}
 	queued := t.end()
 	defer t.cancel()
-	query, args := closeSQL, t.args
-	if held := t.queue.Held(); len(held) > 0 {
-		query, args = closeReviveSQL, append(args[:len(args):len(args)], idArray(held))
-	}
 	var prev sql.NullInt64
-	err := t.s.queryRow(ctx, t.tx, query, args...).Scan(&prev)
+	err := t.s.queryRow(ctx, t.tx, closeSQL, t.args...).Scan(&prev)
 	switch {
 	case err == nil:
 	case errors.Is(err, sql.ErrTxDone):

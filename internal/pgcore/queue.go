@@ -36,26 +36,11 @@ type CommitQueue struct {
 	// Claim is the transaction's claim, which its commit checks (the
 	// store sets it when the transaction begins); ClaimOf returns it.
 	Claim guard.Claim
-	// Exec, if set, runs a Write's Now statement in the transaction at
-	// once and returns the ids it returned, with its error mapped
-	// (sqlfence sets it: the statement goes through fn's *sql.Tx); Write
-	// uses it instead of queueing, and keeps the ids for the commit
-	// (Held).
-	Exec func(ctx context.Context, sql string, args []any) ([]int64, error)
 
 	mu     sync.Mutex
 	stmts  []Queued
-	held   []int64
 	after  []func()
 	closed bool
-}
-
-// Held returns the ids of the rows Write recorded dead through Exec, for
-// the commit to make live once its check has passed.
-func (q *CommitQueue) Held() []int64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.held
 }
 
 // Take closes q and returns what was queued; later adds fail with
@@ -203,60 +188,6 @@ func (q *CommitQueue) OnCommit(sql string, args ...any) error {
 		return fmt.Errorf("%w: empty statement queued for the commit", guard.ErrInvalidInput)
 	}
 	return q.add(Queued{SQL: sql, Args: args})
-}
-
-// Rows is a statement of Write: rows of fencelock.outbox (package
-// outbox's effects), in the two forms the stores need.
-type Rows struct {
-	// Queued inserts the rows live; pgfence sends it with the commit.
-	Queued string
-	// Now inserts the same rows dead (dead_at set, last_error saying why)
-	// and returns their ids (RETURNING id); sqlfence runs it at once.
-	Now string
-	// Args are both statements' arguments.
-	Args []any
-}
-
-// Write records rows in q's transaction as a write of fn's: what rolls back fn's writes rolls them back too, and
-// they commit live only with the commit's check of the claim.
-//
-// sqlfence runs r.Now at once, through fn's *sql.Tx (one round trip, which
-// it would cost at the commit too), so a savepoint that fn rolls back with
-// SQL (ROLLBACK TO SAVEPOINT, as GORM's nested transactions send) undoes
-// it. The rows are written dead: sqlfence's commit makes them live
-// (fencelock.outbox_revive, by the ids Now returned) in the statement that
-// checks the claim, after the check has passed, so rows that fn commits
-// itself (a COMMIT sent as SQL, Commit on the *sql.Tx) stay dead. pgfence
-// queues r.Queued for the commit's round trip as OnCommit does (no round
-// trip of its own): a savepoint of tx.Begin that is rolled back drops
-// it, but pgfence does not read fn's SQL, so a savepoint that fn makes
-// and rolls back with SQL does not.
-//
-// A queue whose Exec has ended refuses with ErrNotGuardedTx; nothing is
-// written. A statement that fails at
-// once (sqlfence) returns the store's mapped error, and the transaction
-// is aborted, as by any failed statement of fn's.
-func (q *CommitQueue) Write(ctx context.Context, r Rows) error {
-	if strings.TrimSpace(r.Queued) == "" || strings.TrimSpace(r.Now) == "" {
-		return fmt.Errorf("%w: empty statement", guard.ErrInvalidInput)
-	}
-	q.mu.Lock()
-	exec, closed := q.Exec, q.closed
-	q.mu.Unlock()
-	switch {
-	case closed:
-		return fmt.Errorf("%w (its Exec has ended)", ErrNotGuardedTx)
-	case exec != nil:
-		ids, err := exec(ctx, r.Now, r.Args)
-		if err != nil {
-			return err
-		}
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		q.held = append(q.held, ids...)
-		return nil
-	}
-	return q.add(Queued{SQL: r.Queued, Args: r.Args})
 }
 
 // AfterCommit registers f to run once q's transaction has committed: in
