@@ -263,14 +263,23 @@ func onOff(b bool) string {
 	return "off"
 }
 
+// scenarioRun is one run of a scenario: its name in sync_log, and the
+// warehouse and snapshot its workers sync.
+type scenarioRun struct {
+	sc        scenario
+	guardOn   bool
+	name      string
+	warehouse string
+	snapshot  string
+}
+
 // runScenario runs workers A and B as processes, injects the scenario's
 // fault into A, waits for both, and counts the outcome in the database.
 func runScenario(ctx context.Context, s demoSettings, e *env, sc scenario, guardOn bool, stamp string) (Result, error) {
-	runName := sc.name + "/guard-" + onOff(guardOn)
-	warehouse := "wh-" + sc.name + "-" + onOff(guardOn) + "-" + stamp
-	snapshot := "snap-" + stamp
+	r := scenarioRun{sc: sc, guardOn: guardOn, name: sc.name + "/guard-" + onOff(guardOn),
+		warehouse: "wh-" + sc.name + "-" + onOff(guardOn) + "-" + stamp, snapshot: "snap-" + stamp}
 	res := Result{Name: sc.name, Guard: guardOn, Expected: s.skus, EffectsExpected: (s.skus + s.chunkSize - 1) / s.chunkSize}
-	if err := seedSnapshot(ctx, e.pool, warehouse, snapshot, s.skus); err != nil {
+	if err := seedSnapshot(ctx, e.pool, r.warehouse, r.snapshot, s.skus); err != nil {
 		return res, err
 	}
 	fmt.Fprintf(s.out, "-- guard %s\n", onOff(guardOn))
@@ -287,98 +296,112 @@ func runScenario(ctx context.Context, s demoSettings, e *env, sc scenario, guard
 		proxy = p
 		redisForA = "redis://" + p.Addr
 	}
-	args := func(name, redisURL string) []string {
-		freeze, freezeCommit := -1, -1
-		if sc.name == "pause" && name == "A" {
-			freeze = s.faultAfter
-		}
-		if sc.name == "precommit" && name == "A" {
-			freezeCommit = s.faultAfter
-		}
-		return []string{"-freeze-at-chunk", fmt.Sprint(freeze), "-freeze-before-commit-chunk", fmt.Sprint(freezeCommit),
-			"-run", runName, "-name", name, "-warehouse", warehouse, "-snapshot", snapshot,
-			"-lease", s.lease.String(), fmt.Sprintf("-watchdog=%v", sc.watchdog), fmt.Sprintf("-guard=%v", guardOn),
-			"-chunk-size", fmt.Sprint(s.chunkSize), "-chunk-delay", s.chunkDelay.String(),
-			"-redis", redisURL, "-db", e.dbURL, "-effects-url", e.effectsURL,
-		}
-	}
 	ev := newEventLog(s.out, start)
-	a, err := startWorker(ctx, s.exe, "A", args("A", redisForA), ev)
+	a, err := startWorker(ctx, s.exe, "A", r.args(s, e, "A", redisForA), ev)
 	if err != nil {
 		return res, err
 	}
 	defer a.kill()
 	if err := ev.waitFor(ctx, "A", "acquired", -1, 10*time.Second); err != nil {
-		return res, fmt.Errorf("%s: %w", runName, err)
+		return res, fmt.Errorf("%s: %w", r.name, err)
 	}
-	b, err := startWorker(ctx, s.exe, "B", args("B", e.redisURL), ev)
+	b, err := startWorker(ctx, s.exe, "B", r.args(s, e, "B", e.redisURL), ev)
 	if err != nil {
 		return res, err
 	}
 	defer b.kill()
+	if err := r.injectFault(ctx, s, e, ev, a, proxy); err != nil {
+		return res, err
+	}
+	for _, w := range []*workerProc{a, b} {
+		if err := w.wait(ctx, 60*time.Second); err != nil {
+			return res, fmt.Errorf("%s: worker %s: %w", r.name, w.name, err)
+		}
+	}
+	if err := waitDelivered(ctx, e.pool, 30*time.Second); err != nil {
+		return res, fmt.Errorf("%s: %w", r.name, err)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, r.tally(ctx, s, e, &res)
+}
 
+// args are worker's command-line flags: A freezes in the scenarios that
+// pause it.
+func (r scenarioRun) args(s demoSettings, e *env, worker, redisURL string) []string {
+	freeze, freezeCommit := -1, -1
+	if r.sc.name == "pause" && worker == "A" {
+		freeze = s.faultAfter
+	}
+	if r.sc.name == "precommit" && worker == "A" {
+		freezeCommit = s.faultAfter
+	}
+	return []string{"-freeze-at-chunk", fmt.Sprint(freeze), "-freeze-before-commit-chunk", fmt.Sprint(freezeCommit),
+		"-run", r.name, "-name", worker, "-warehouse", r.warehouse, "-snapshot", r.snapshot,
+		"-lease", s.lease.String(), fmt.Sprintf("-watchdog=%v", r.sc.watchdog), fmt.Sprintf("-guard=%v", r.guardOn),
+		"-chunk-size", fmt.Sprint(s.chunkSize), "-chunk-delay", s.chunkDelay.String(),
+		"-redis", redisURL, "-db", e.dbURL, "-effects-url", e.effectsURL,
+	}
+}
+
+// injectFault injects the scenario's fault into worker a, and logs it in
+// sync_log: a SIGSTOP it asked for (pause, precommit), held for twice the
+// lease, or a partition of its Redis connection (through proxy).
+func (r scenarioRun) injectFault(ctx context.Context, s demoSettings, e *env, ev *eventLog, a *workerProc, proxy *testenv.Proxy) error {
 	logFault := func(what string) {
 		ev.note("demo", what)
-		_, _ = e.pool.Exec(context.Background(), `INSERT INTO sync_log (run, worker, event, detail) VALUES ($1, 'demo', 'fault', $2)`, runName, what)
+		_, _ = e.pool.Exec(context.Background(), `INSERT INTO sync_log (run, worker, event, detail) VALUES ($1, 'demo', 'fault', $2)`, r.name, what)
 	}
-	switch sc.name {
+	hold := 2 * s.lease
+	switch r.sc.name {
 	case "pause", "precommit":
 		// A freezes itself with SIGSTOP in the middle of a chunk's
 		// transaction (pause) or just before its commit goes out
 		// (precommit); the demo checks it is stopped and SIGCONTs it after
 		// twice the lease.
 		if err := ev.waitFor(ctx, "A", "frozen", -1, 20*time.Second); err != nil {
-			return res, fmt.Errorf("%s: %w", runName, err)
+			return fmt.Errorf("%s: %w", r.name, err)
 		}
 		if err := waitStopped(ctx, a.cmd.Process.Pid, 5*time.Second); err != nil {
-			return res, fmt.Errorf("%s: %w", runName, err)
+			return fmt.Errorf("%s: %w", r.name, err)
 		}
-		hold := 2 * s.lease
 		where := "mid-transaction"
-		if sc.name == "precommit" {
+		if r.sc.name == "precommit" {
 			where = "just before its COMMIT"
 		}
 		logFault(fmt.Sprintf("A is SIGSTOPped %s for %v", where, hold))
 		if err := sleepCtx(ctx, hold); err != nil {
-			return res, err
+			return err
 		}
 		logFault("SIGCONT A")
 		_ = a.cmd.Process.Signal(syscall.SIGCONT)
 	case "partition":
 		if err := ev.waitFor(ctx, "A", "committed", s.faultAfter-1, 20*time.Second); err != nil {
-			return res, fmt.Errorf("%s: %w", runName, err)
+			return fmt.Errorf("%s: %w", r.name, err)
 		}
-		hold := 2 * s.lease
 		logFault(fmt.Sprintf("blackhole A's Redis connection for %v", hold))
 		proxy.Blackhole()
 		if err := sleepCtx(ctx, hold); err != nil {
-			return res, err
+			return err
 		}
 		logFault("restore A's Redis connection")
 		proxy.Restore()
 	}
-	for _, w := range []*workerProc{a, b} {
-		if err := w.wait(ctx, 60*time.Second); err != nil {
-			return res, fmt.Errorf("%s: worker %s: %w", runName, w.name, err)
-		}
+	return nil
+}
+
+// tally counts the run's outcome in the database into res and prints it
+// with the run's timeline.
+func (r scenarioRun) tally(ctx context.Context, s demoSettings, e *env, res *Result) error {
+	if err := countResult(ctx, e.pool, r.name, r.warehouse, r.snapshot, res); err != nil {
+		return err
 	}
-	if err := waitDelivered(ctx, e.pool, 30*time.Second); err != nil {
-		return res, fmt.Errorf("%s: %w", runName, err)
-	}
-	res.Seconds = time.Since(start).Seconds()
-	if err := countResult(ctx, e.pool, runName, warehouse, snapshot, &res); err != nil {
-		return res, err
-	}
-	if err := countEffects(ctx, e.pool, runName, &res); err != nil {
-		return res, err
+	if err := countEffects(ctx, e.pool, r.name, res); err != nil {
+		return err
 	}
 	fmt.Fprintf(s.out, "   rows %d, duplicates %d, stale writes rejected %d (by Postgres %d), stale commits %d; pushes %d of %d chunks, %d applied twice, %d stale (%.1fs)\n",
 		res.Rows, res.Duplicates, res.StaleRejected, res.RejectedByDB, res.StaleCommits,
 		res.EffectsSent, res.EffectsExpected, res.EffectsDuplicate, res.EffectsStale, res.Seconds)
-	if err := printTimeline(ctx, s.out, e.pool, runName); err != nil {
-		return res, err
-	}
-	return res, nil
+	return printTimeline(ctx, s.out, e.pool, r.name)
 }
 
 // countResult counts the outcome from the database itself.
