@@ -120,9 +120,10 @@ func StartRedisCluster(ctx context.Context, opts ...ClusterOption) (*Cluster, er
 	// meets it: a surviving node of a cluster whose member was killed keeps
 	// handshaking with the dead member's address, and the kernel may have
 	// given that port to one of our nodes. Such a node then knows a
-	// stranger (CLUSTER SET-CONFIG-EPOCH refuses: "knows other node" or
-	// "epoch is already non-zero", or the cluster never agrees). That
-	// attempt is thrown away and the cluster started again on new ports.
+	// stranger (CLUSTER ADDSLOTSRANGE refuses: "Slot 0 is already busy";
+	// CLUSTER SET-CONFIG-EPOCH refuses: "knows other node" or "epoch is
+	// already non-zero"; or the cluster never agrees). That attempt is
+	// thrown away and the cluster started again on new ports.
 	var errs []error
 	for attempt := 1; attempt <= clusterStartAttempts; attempt++ {
 		c := &Cluster{cfg: cfg, replicaOf: map[string]string{}}
@@ -277,6 +278,12 @@ func (c *Cluster) assignSlots(ctx context.Context) error {
 			hi = 16383
 		}
 		if err := nd.adminClient().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+			if strings.Contains(err.Error(), "already busy") {
+				// A fresh node serves no slot and knows of none: a slot
+				// it calls busy was gossiped to it by a node of
+				// another cluster.
+				return fmt.Errorf("testenv: CLUSTER ADDSLOTSRANGE on %s: %w (%w)", nd.Addr, err, errStrangerNode)
+			}
 			return fmt.Errorf("testenv: CLUSTER ADDSLOTSRANGE on %s: %w", nd.Addr, err)
 		}
 		if err := nd.adminClient().Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
