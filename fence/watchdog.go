@@ -365,16 +365,26 @@ func (w *watchdog) nextWakeLocked(now time.Time) time.Duration {
 
 func (b batch) size() int { return len(b.locks) + len(b.waiters) }
 
-// apply records the outcome of a renewal round.
+// apply records the outcome of a renewal round. Observers hear of the
+// renewals of the locks still scheduled only: a lock released or lost
+// while its renewal was on its way has had its last event (OnRelease,
+// OnLoss), and a renewal reported after it would read as a lock alive.
 func (w *watchdog) apply(r roundResult) {
 	w.applyBeats(r)
 	now := time.Now()
 	var lost []loss
+	var live []bool // with renewal observers: r.locks[i] was still scheduled
+	if len(w.c.obs.renew) > 0 {
+		live = make([]bool, len(r.locks))
+	}
 	w.mu.Lock()
 	for i, l := range r.locks {
 		l.sched.inflight = false
 		if l.sched.idx < 0 {
 			continue // released or lost meanwhile
+		}
+		if live != nil {
+			live[i] = true
 		}
 		switch {
 		case r.errs[i] != nil:
@@ -393,9 +403,9 @@ func (w *watchdog) apply(r roundResult) {
 		}
 	}
 	w.mu.Unlock()
-	if len(w.c.obs.renew) > 0 {
+	if live != nil {
 		for i, l := range r.locks {
-			if r.errs[i] != nil || r.res[i] == renewOK {
+			if live[i] && (r.errs[i] != nil || r.res[i] == renewOK) {
 				w.c.obs.onRenew(l.vctx, RenewEvent{Name: l.name, Token: l.token, Duration: r.rtt, Deadline: l.Deadline(), Err: r.errs[i]})
 			}
 		}
