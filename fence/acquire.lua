@@ -12,8 +12,9 @@
 --     string, the common answer: a table costs the server more than the
 --     rest of the reply);
 --   {2, value}: this holder id has the lock already — a retry after a
---     lost reply, or a waiter's heartbeat finding its handover; the lease
---     restarts, the token stays;
+--     lost reply (the lease restarts), or a waiter's heartbeat finding its
+--     handover (the lease is at least the grant lease from now); the token
+--     stays;
 --   {0, pttl, now, queued}: not acquired; pttl is the holder's remaining
 --     lease (-1: no expiry, 0: free, or the queue must be cleared first:
 --     try again), now the server time in µs (an integer), queued 1 when
@@ -62,7 +63,20 @@ local cur = redis.call('GET', KEYS[1])
 if cur then
   local i = string.find(cur, ':', 1, true)
   if i and string.sub(cur, i + 1) == me then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    if not beat then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    else
+      -- A waiter's heartbeat finding its handover may have been sent
+      -- before the handover by a waiter that died since: it extends the
+      -- lock to the handover's grant lease only, never a whole lease (a
+      -- dead waiter costs the queue a liveness), and never shortens a
+      -- lease its holder renewed meanwhile. The client counts the grant
+      -- lease from when it sent the heartbeat.
+      local grant = string.match(ARGV[3], ':(%d+)$')
+      if redis.call('PTTL', KEYS[1]) < tonumber(grant) then
+        redis.call('PEXPIRE', KEYS[1], grant)
+      end
+    end
     -- Holding and queued at once (one holder id on two calls): the
     -- place would give it the lock a second time.
     if redis.call('HDEL', KEYS[4], me) == 1 then

@@ -561,6 +561,16 @@ func TestHandoverWithoutPublish(t *testing.T) {
 	t.Logf("handed over without a message: the waiter held it %v after the release", took)
 	assert.Less(t, took, liveness/3+2*time.Second)
 	assert.Greater(t, a.l.Token(), held.Token())
+	// The heartbeat that found the handover made the lock's expiry at
+	// least its grant lease (min(lease, liveness): 1.5 s), not a whole
+	// lease: the waiter counts that much, and its watchdog renews the
+	// lock before it runs out.
+	assert.LessOrEqual(t, time.Until(a.l.Deadline()), liveness, "the waiter counts the grant lease only")
+	time.Sleep(2 * liveness)
+	require.NoError(t, a.l.Err(), "renewed before the grant lease ran out")
+	pttl, err := r.Client().PTTL(ctx, lockKey(r, "np")).Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, liveness, "renewed to its whole lease")
 	require.NoError(t, a.l.Release(ctx))
 }
 

@@ -359,8 +359,13 @@ func (w *waiter) answered(rep acquireReply, sent time.Time, err error) time.Time
 	case rep.acquired:
 		w.mu.Unlock()
 		// acquire.lua set or restarted the whole lease; it counts from
-		// when the call was sent.
-		w.granted(rep.value, sent, w.cfg.lease, rep.reacquired)
+		// when the call was sent. A handover found by a heartbeat
+		// (reacquired) is sure of its grant lease only (see acquire.lua).
+		px := w.cfg.lease
+		if rep.reacquired {
+			px = grantLease(w.cfg)
+		}
+		w.granted(rep.value, sent, px, rep.reacquired)
 		return now
 	}
 	w.lastErr, w.backoff, w.errSince = nil, minErrorBackoff, time.Time{}

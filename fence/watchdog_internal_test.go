@@ -38,3 +38,68 @@ func BenchmarkRenewRound(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/lock")
 }
+
+// A heartbeat of a waiter that reaches Redis after the waiter was handed
+// the lock (sent before the handover, by a waiter that may have died
+// since) extends the lock to the waiter's grant lease only, not to its
+// whole lease, and never shortens a lease its holder renewed: a dead
+// waiter costs the queue a liveness. Before, such a heartbeat restarted
+// the whole lease (TestWaiterCrash/granted met it under load: the lock
+// moved on 8.9 s after the handover, with a 1 s liveness).
+func TestLateHeartbeatExtendsToGrantLeaseOnly(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := New(r.Client(), WithPrefix(r.Prefix+"fence:"), WithLease(30*time.Second), WithLiveness(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	const name = "late-beat"
+	held, err := c.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.lockConfig(name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keysFor(cfg.prefix, name)
+	// "dying" joins the queue (its first call), as a waiter's Acquire does.
+	if _, rep, err := c.attempt(ctx, name, k, cfg, "dying", modeWait); err != nil || !rep.queued {
+		t.Fatalf("dying did not queue: %v %+v", err, rep)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pttl := func() time.Duration {
+		d, err := r.Client().PTTL(ctx, k.lock).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if got := pttl(); got <= 0 || got > time.Second {
+		t.Fatalf("the handover's grant lease: pttl %v, want (0, 1s]", got)
+	}
+	// The late heartbeat finds the handover.
+	l, _, err := c.attempt(ctx, name, k, cfg, "dying", modeBeat)
+	if err != nil || l == nil {
+		t.Fatalf("the heartbeat found no handover: %v", err)
+	}
+	if got := pttl(); got <= 0 || got > time.Second {
+		t.Errorf("a late heartbeat extended the handover to %v; want at most the 1s grant lease", got)
+	}
+	// A heartbeat arriving after the holder renewed to its whole lease
+	// leaves that lease alone.
+	if err := r.Client().PExpire(ctx, k.lock, 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.attempt(ctx, name, k, cfg, "dying", modeBeat); err != nil {
+		t.Fatal(err)
+	}
+	if got := pttl(); got < 29*time.Second {
+		t.Errorf("a late heartbeat shortened a renewed lease to %v", got)
+	}
+	_ = l.Release(ctx)
+}
