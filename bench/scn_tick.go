@@ -37,7 +37,7 @@ func runTick(ctx context.Context, e *env, res *results) error {
 	}
 	every := tick.Every(time.Millisecond)
 	next := tick.Prev(every, time.Now().Add(-time.Hour))
-	empty := func(context.Context, *tick.Tick[*pgfence.Run]) error { return nil }
+	empty := func(context.Context, *tick.Tick[pgfence.Run]) error { return nil }
 	f := &tickFloor{e: e, store: store, db: db}
 	var rs *redsync.Redsync
 	for _, l := range e.libs {

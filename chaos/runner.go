@@ -67,7 +67,7 @@ type Config struct {
 	// lock itself, as applications do.
 	BareLeases bool
 	// IdleTimeout, when set, makes the workers' stores end a guarded
-	// transaction left idle that long (pgfence.WithIdleTimeout), so a
+	// transaction left idle that long (pgstore.WithIdleTimeout), so a
 	// holder frozen mid-transaction stops blocking the next one.
 	IdleTimeout time.Duration
 	// WorkerCommand returns the command that starts one worker process

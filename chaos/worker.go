@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -51,7 +52,7 @@ type workerConfig struct {
 	// not the lock itself: guard then cannot stop early when the lock is
 	// lost, and the database's token check alone must reject stale writes.
 	BareLease bool `json:"bare_lease"`
-	// IdleTimeout, when set, is given to pgfence.WithIdleTimeout.
+	// IdleTimeout, when set, is given to pgstore.WithIdleTimeout.
 	IdleTimeout time.Duration `json:"idle_timeout"`
 	// Contender waits with a short random limit (lease/4 to 2 leases)
 	// instead of 3 leases: its waits often end while a handover races
@@ -164,9 +165,9 @@ func (w *worker) run(ctx context.Context) error {
 		return err
 	}
 	defer w.pool.Close()
-	var sopts []pgfence.Option
+	var sopts []pgstore.Option
 	if w.cfg.IdleTimeout > 0 {
-		sopts = append(sopts, pgfence.WithIdleTimeout(w.cfg.IdleTimeout))
+		sopts = append(sopts, pgstore.WithIdleTimeout(w.cfg.IdleTimeout))
 	}
 	if w.store, err = pgfence.New(w.pool, sopts...); err != nil {
 		return err

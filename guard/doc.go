@@ -9,9 +9,10 @@
 //
 // A lease is anything with Name, Token and Holder ([Lease]); a *fence.Lock
 // is one, without either package importing the other. The store decides
-// (package pgfence is the Postgres store): a holder whose lease expired
-// during a pause is rejected by the database itself with a
-// [*StaleTokenError], not by a client-side check that races.
+// (pgfence and sqlfence, drivers over package pgstore, are the Postgres
+// stores): a holder whose lease expired during a pause is rejected by the
+// database itself with a [*StaleTokenError], not by a client-side check
+// that races.
 //
 // In one transaction, Exec
 //

@@ -79,42 +79,40 @@ var (
 	ErrRunFinished error = &kindError{msg: "guard: run already finished, nothing was written", kind: ErrAlreadyApplied}
 
 	// ErrSchemaMissing is matched by the error of every store call when
-	// the fencelock schema (its tables and functions) is not installed in
-	// the database: fn did not run and nothing was written. The stores'
+	// the store's schema (its tables and functions) is not installed in
+	// the database: fn did not run and nothing was written. A store's
 	// message names the database and the command that installs it.
-	ErrSchemaMissing = errors.New("guard: fencelock schema not installed: run migrations.Up(ctx, db), or: " + migrateCommand)
+	ErrSchemaMissing = errors.New("guard: the store's schema is not installed")
 
 	// ErrSchemaOutdated is matched by the error of every store call when
-	// the fencelock schema is installed but older than the store needs
+	// the store's schema is installed but older than the store needs
 	// (migrations added since have not run): fn did not run and nothing
-	// was written. The message names both versions and the command that
-	// migrates the database. It matches ErrSchemaMissing too: what the
-	// store needs of the schema is missing, and the fix is the same.
-	ErrSchemaOutdated error = &kindError{msg: "guard: fencelock schema out of date", kind: ErrSchemaMissing}
+	// was written. A store's message names both versions and the command
+	// that migrates the database. It matches ErrSchemaMissing too: what
+	// the store needs of the schema is missing, and the fix is the same.
+	ErrSchemaOutdated error = &kindError{msg: "guard: the store's schema is out of date", kind: ErrSchemaMissing}
 
 	// ErrPermission is matched by the error of a store call, a relay or
 	// an outbox call when the database refused the role a privilege on
-	// the fencelock schema (SQLSTATE 42501: USAGE on the schema, EXECUTE
-	// on its functions, INSERT on the outbox): nothing was written. The
-	// message names the role, what it lacks on which object, and the
-	// GRANT that the schema's owner runs, in which database. The
-	// migrations' Up, Down and Status return it too when the role lacks
-	// what migrating needs, naming the grants an admin runs or the one
-	// role that may migrate. The error also matches the driver's.
-	ErrPermission = errors.New("guard: permission denied on the fencelock schema")
+	// the store's schema: nothing was written. A store's message names
+	// the role, what it lacks on which object, and the grant that fixes
+	// it, run by whom and where; the error also matches the driver's.
+	ErrPermission = errors.New("guard: permission denied on the store's schema")
 
-	// ErrNotClaimed is returned when a write to a table protected with
-	// pgfence's Protect comes from a transaction that has neither claimed
-	// nor checked a fence: call fencelock.claim(resource, token, holder)
-	// first in the same transaction, or write through Exec.
+	// ErrNotClaimed is returned when a store refuses a write made outside
+	// a guarded transaction to data it fences for a resource (with the
+	// Postgres stores, a table protected by pgfence's Protect): the writing
+	// transaction neither checked nor claimed the resource's fence, and
+	// nothing was written. Write through Exec, or claim as the store's
+	// documentation says.
 	ErrNotClaimed = errors.New("guard: write to a protected table without a fence claim")
 
-	// ErrFenceBusy is returned (with the stores' WithLockTimeout) when
-	// the resource's fence lock (its transaction-level advisory lock, and
-	// its fence row) stayed held by another open transaction longer than
-	// the lock timeout: typically a previous holder paused after writing
-	// to a table protected with Protect (a guarded transaction otherwise
-	// holds the fence lock only while it commits).
+	// ErrFenceBusy is returned (with a store's lock timeout) when the
+	// resource's fence stayed held by another open transaction longer
+	// than the timeout: typically a previous holder paused after writing
+	// to data the store protects (a guarded transaction otherwise holds
+	// the fence only while it commits). Nothing was written; retry once
+	// the other transaction ends.
 	ErrFenceBusy = errors.New("guard: the resource's fence lock is held by another transaction beyond the lock timeout")
 
 	// ErrNilDB is returned by the stores' New for a nil database handle.
@@ -199,10 +197,6 @@ func (e *LeaseLostError) Unwrap() []error {
 	return errs
 }
 
-// migrateCommand installs the fencelock schema from a shell, anywhere Go
-// is installed (the goose CLI's -dir needs a checkout of the migrations).
-const migrateCommand = `go run github.com/fencelock/fencelock/cmd/fencectl@latest migrate up --db "$DATABASE_URL"`
-
 // kindError is a sentinel that is also a kind of another one (errors.Is
 // matches both) without repeating the other's text in its message.
 type kindError struct {
@@ -213,15 +207,11 @@ type kindError struct {
 func (e *kindError) Error() string { return e.msg }
 func (e *kindError) Unwrap() error { return e.kind }
 
-// Length limits of the Postgres stores (pgfence, sqlfence), checked before
-// anything is sent. The resource is the fence table's primary key, and
-// (resource, key) and (resource, run key) are the primary keys of the
-// applied keys and of the runs: a btree entry must fit in a third of a page
-// (2,704 bytes on 8 kB pages), so each part is capped at 1 KiB, which
-// leaves room for both parts of a key and the tuple's overhead. fence caps
-// lock names and holder ids at 512 bytes (fence.MaxNameLen), well within
-// these. A longer string is an error matching ErrInvalidInput and, for the
-// lease's parts, ErrInvalidLease (for the key, ErrInvalidOption).
+// Length limits every store accepts, checked before anything is sent (the
+// Postgres stores' reasons: package pgstore). fence caps lock names and
+// holder ids at 512 bytes (fence.MaxNameLen), well within these. A longer
+// string is an error matching ErrInvalidInput and, for the lease's parts,
+// ErrInvalidLease (for the key, ErrInvalidOption).
 const (
 	// MaxResourceLen is the longest resource (lease name), in bytes.
 	MaxResourceLen = 1024

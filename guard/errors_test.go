@@ -32,13 +32,3 @@ func TestLeaseLostNamesCauseOnce(t *testing.T) {
 	}
 	assert.Equal(t, "guard: lease lost; store: begin: boom", (&guard.LeaseLostError{Err: errors.New("store: begin: boom")}).Error())
 }
-
-// TestSchemaMissingFixWorksOutsideACheckout: the command ErrSchemaMissing
-// names runs from any directory (the goose CLI's -dir migrations works
-// only in a checkout of this repository).
-func TestSchemaMissingFixWorksOutsideACheckout(t *testing.T) {
-	msg := guard.ErrSchemaMissing.Error()
-	assert.NotContains(t, msg, "-dir migrations")
-	assert.Equal(t, `guard: fencelock schema not installed: run migrations.Up(ctx, db), or: `+
-		`go run github.com/fencelock/fencelock/cmd/fencectl@latest migrate up --db "$DATABASE_URL"`, msg)
-}

@@ -16,7 +16,7 @@ import (
 // field of its event struct, so an observer written today keeps compiling.
 //
 // Observers are attached per call ([WithObserver]) or per store: a store
-// that implements [ObservedStore] (pgfence.WithObserver) reports every
+// that implements [ObservedStore] (pgstore.WithObserver) reports every
 // Exec and every run step through it, which is the way to set them once.
 //
 // Methods are called synchronously by the goroutine that called Exec, after
@@ -56,7 +56,7 @@ type AdvanceEvent struct {
 }
 
 // ObservedStore is implemented by stores that carry observers of their own
-// (pgfence.WithObserver): Exec reports to them, then to those of
+// (pgstore.WithObserver): Exec reports to them, then to those of
 // [WithObserver].
 type ObservedStore interface {
 	Observers() []Observer

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,7 +53,7 @@ func (r *recorder) last(t *testing.T) guard.ExecEvent {
 
 func observedStore(t *testing.T, db pgfence.DB, o guard.Observer) *pgfence.Store {
 	t.Helper()
-	s, err := pgfence.New(db, pgfence.WithObserver(o))
+	s, err := pgfence.New(db, pgstore.WithObserver(o))
 	require.NoError(t, err)
 	return s
 }
@@ -237,9 +238,9 @@ func TestObserverAttach(t *testing.T) {
 	_, err = guard.Exec(ctx, s, newLease("r", 1), insert, guard.WithObserver(struct{}{}))
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
 	assert.Contains(t, err.Error(), "ExecObserver")
-	_, err = pgfence.New(pool, pgfence.WithObserver("not an observer"))
+	_, err = pgfence.New(pool, pgstore.WithObserver("not an observer"))
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
-	_, err = pgfence.New(pool, pgfence.WithObserver(nil))
+	_, err = pgfence.New(pool, pgstore.WithObserver(nil))
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
 	assert.Len(t, order, 3, "refused calls report nothing")
 }
@@ -273,7 +274,7 @@ func TestWithLogger(t *testing.T) {
 	pool, _, ctx := setup(t)
 	var buf bytes.Buffer
 	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s, err := pgfence.New(pool, pgfence.WithLogger(l))
+	s, err := pgfence.New(pool, pgstore.WithLogger(l))
 	require.NoError(t, err)
 	_, err = guard.Exec(ctx, s, newLease("wl", 2), insert)
 	require.NoError(t, err)
@@ -288,6 +289,6 @@ func TestWithLogger(t *testing.T) {
 
 	_, err = guard.Exec(ctx, plain, newLease("wl", 3), insert, guard.WithLogger(nil))
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
-	_, err = pgfence.New(pool, pgfence.WithLogger(nil))
+	_, err = pgfence.New(pool, pgstore.WithLogger(nil))
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/fencelock/fencelock/migrations"
 	fencelockotel "github.com/fencelock/fencelock/otel"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5/stdlib"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -67,7 +68,7 @@ func BenchmarkExec(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	observed, err := pgfence.New(db.Pool, pgfence.WithObserver(obs))
+	observed, err := pgfence.New(db.Pool, pgstore.WithObserver(obs))
 	if err != nil {
 		b.Fatal(err)
 	}

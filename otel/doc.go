@@ -4,14 +4,14 @@
 // so that the library's go.mod carries no OpenTelemetry dependency.
 //
 // One [Observer] serves every side: pass it to fence.WithObserver (lock
-// events), to pgfence.WithObserver (every guard.Exec, Advance and run
+// events), to pgstore.WithObserver (every guard.Exec, Advance and run
 // step through that store) or guard.WithObserver (one call), and to
 // outbox.WithObserver (a relay's claims, deliveries, records and errors),
 // and to tick.WithObserver (scheduled jobs' ticks, missed ones included):
 //
 //	obs, err := fencelockotel.New() // the global MeterProvider and TracerProvider
 //	client, err := fence.New(rdb, fence.WithObserver(obs))
-//	store, err := pgfence.New(pool, pgfence.WithObserver(obs))
+//	store, err := pgfence.New(pool, pgstore.WithObserver(obs))
 //	relay, err := outbox.NewRelay(pool, sender, outbox.WithObserver(obs))
 //
 // Metrics: counters and histograms of acquisitions, waits, holds,

@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock/migrations"
 	fencelockotel "github.com/fencelock/fencelock/otel"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,7 +59,7 @@ func Example_prometheus() {
 	pool, err := pgxpool.New(ctx, databaseURL)
 	must(err)
 	defer pool.Close()
-	store, err := pgfence.New(pool, pgfence.WithObserver(obs))
+	store, err := pgfence.New(pool, pgstore.WithObserver(obs))
 	must(err)
 
 	batch := func(sku string) func(context.Context, pgx.Tx) error {

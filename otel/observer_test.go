@@ -11,6 +11,7 @@ import (
 	"github.com/fencelock/fencelock/migrations"
 	fencelockotel "github.com/fencelock/fencelock/otel"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -74,7 +75,7 @@ func (e *env) client(t *testing.T, opts ...fence.ClientOption) *fence.Client {
 
 func (e *env) store(t *testing.T) *pgfence.Store {
 	t.Helper()
-	s, err := pgfence.New(e.pool, pgfence.WithObserver(e.obs))
+	s, err := pgfence.New(e.pool, pgstore.WithObserver(e.obs))
 	require.NoError(t, err)
 	return s
 }

@@ -21,7 +21,7 @@ func TestTickMetrics(t *testing.T) {
 	require.NoError(t, err)
 	every := tick.Every(time.Minute)
 	at := tick.Prev(every, time.Now()).Add(-time.Hour)
-	noop := func(context.Context, *tick.Tick[*pgfence.Run]) error { return nil }
+	noop := func(context.Context, *tick.Tick[pgfence.Run]) error { return nil }
 	for _, tk := range []time.Time{at, at, at.Add(4 * time.Minute)} {
 		_, err := r.Run(ctx, "stock-sync", every, tk, noop)
 		require.NoError(t, err)

@@ -2,7 +2,6 @@ package pgfence_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
@@ -11,7 +10,6 @@ import (
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -34,20 +32,13 @@ func TestConnRefusedMessages(t *testing.T) {
 			t.Cleanup(pool.Close)
 			for name, s := range map[string]*pgfence.Store{"pool": newStore(t, pool), "generic": newStore(t, wrappedDB{pool})} {
 				t.Run(name, func(t *testing.T) {
-					msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[pgx.Tx, *pgfence.Run](s), "pgfence", r)
+					msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[pgx.Tx, pgfence.Run](s), "pgfence", r)
 					msgtest.CheckRefusal(t, "Protect", s.Protect(ctx, "stock"), "pgfence: protect: ", r)
 					msgtest.CheckRefusal(t, "Protect for a resource", s.Protect(ctx, "stock", pgfence.ForResource("r")), "pgfence: protect: ", r)
 					msgtest.CheckRefusal(t, "Unprotect", s.Unprotect(ctx, "stock"), "pgfence: unprotect: ", r)
 
 					_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(context.Context, pgx.Tx) error { return nil })
-					var ce *pgconn.ConnectError
-					if !errors.As(err, &ce) {
-						t.Errorf("errors.As finds no *pgconn.ConnectError in %v", err)
-					}
-					var pgErr *pgconn.PgError
-					if got := errors.As(err, &pgErr); got != (r.Code != "") || got && pgErr.Code != r.Code {
-						t.Errorf("errors.As(*pgconn.PgError) = %v (%v), want SQLSTATE %q", got, pgErr, r.Code)
-					}
+					r.CheckPgxChain(t, err)
 				})
 			}
 		})
@@ -90,7 +81,7 @@ func TestConnRefusedAfterPasswordChange(t *testing.T) {
 		msgtest.CheckRefusal(t, name+": Exec", err, "pgfence: begin: ", r)
 	}
 	s := stores["pool"]
-	msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[pgx.Tx, *pgfence.Run](s), "pgfence", r)
+	msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[pgx.Tx, pgfence.Run](s), "pgfence", r)
 	msgtest.CheckRefusal(t, "Protect", s.Protect(ctx, "stock"), "pgfence: protect: ", r)
 	msgtest.CheckRefusal(t, "Protect for a resource", s.Protect(ctx, "stock", pgfence.ForResource("r")), "pgfence: protect: ", r)
 	msgtest.CheckRefusal(t, "Unprotect", s.Unprotect(ctx, "stock"), "pgfence: unprotect: ", r)

@@ -1,11 +1,12 @@
 // Package pgfence is the Postgres (pgx v5) backend of guard: *[Store]
-// implements guard.Store[pgx.Tx]. It owns the pgx driver (its pipelines,
-// prepared statements, the pgx.Tx fn gets, [Store.Protect]); the Postgres
-// core it shares with sqlfence (options, Advance, Prune, runs, the commit
-// queue that package outbox writes to) is internal, reached through the
-// pgx.Tx it hands fn. So
+// implements guard.Store[pgx.Tx]. It is a driver over package pgstore, the
+// seam it shares with sqlfence: pgstore owns the options, the methods both
+// stores have (Advance, Prune, Observers, MapError), resumable runs and the
+// schema's rules; pgfence owns what pgx does (its pipelines, prepared
+// statements, the pgx.Tx fn gets, [Store.Protect]). The commit queue that
+// package outbox writes to travels with that pgx.Tx. So
 //
-//	store, err := pgfence.New(pool) // *pgxpool.Pool or *pgx.Conn
+//	store, err := pgfence.New(pool, pgstore.WithLockTimeout(5*time.Second)) // *pgxpool.Pool or *pgx.Conn
 //	...
 //	_, err = guard.Exec(ctx, store, lock, func(ctx context.Context, tx pgx.Tx) error {
 //		_, err := tx.Exec(ctx, "INSERT INTO stock ...")

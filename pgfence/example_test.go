@@ -58,7 +58,7 @@ func ExampleStore_Run() {
 		}
 	}
 	// runFrom runs the remaining pages, stopping after limit steps.
-	runFrom := func(run *pgfence.Run, limit int) error {
+	runFrom := func(run pgfence.Run, limit int) error {
 		cursor, finished, err := run.Resume(ctx)
 		if err != nil || finished {
 			return err

@@ -10,6 +10,7 @@ import (
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -273,7 +274,7 @@ func TestBadInput(t *testing.T) {
 	require.ErrorIs(t, err, guard.ErrNilDB)
 	_, err = pgfence.New((*pgxpool.Pool)(nil))
 	require.ErrorIs(t, err, guard.ErrNilDB)
-	_, err = pgfence.New(db.Pool, pgfence.WithLockTimeout(0))
+	_, err = pgfence.New(db.Pool, pgstore.WithLockTimeout(0))
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
 	_, err = pgfence.New(db.Pool, nil)
 	require.ErrorIs(t, err, guard.ErrInvalidOption)

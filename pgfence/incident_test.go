@@ -8,6 +8,7 @@ import (
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -219,8 +220,8 @@ func TestIncidentFrozenMidTransaction(t *testing.T) {
 	ctx := testCtx(t)
 	workerA, workerB := newFence(t)
 	const name = "stock-sync:latam"
-	sA := newStore(t, db.Pool, pgfence.WithIdleTimeout(500*time.Millisecond))
-	sB := newStore(t, db.Pool, pgfence.WithLockTimeout(50*time.Millisecond))
+	sA := newStore(t, db.Pool, pgstore.WithIdleTimeout(500*time.Millisecond))
+	sB := newStore(t, db.Pool, pgstore.WithLockTimeout(50*time.Millisecond))
 	sC := newStore(t, db.Pool)
 
 	require.NoError(t, sC.Protect(ctx, "stock", pgfence.ForResource(name)))

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/migrations"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -55,13 +57,9 @@ func migrate(t testing.TB, pool *pgxpool.Pool) {
 	}
 }
 
-func newStore(t testing.TB, db pgfence.DB, opts ...pgfence.Option) *pgfence.Store {
+func newStore(t testing.TB, db pgfence.DB, opts ...pgstore.Option) *pgfence.Store {
 	t.Helper()
-	s, err := pgfence.New(db, opts...)
-	if err != nil {
-		t.Fatalf("pgfence.New: %v", err)
-	}
-	return s
+	return msgtest.NewStore(t, pgfence.New, db, opts...)
 }
 
 func mustExec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -15,10 +16,10 @@ func TestMessagesNameEachCauseOnce(t *testing.T) {
 	stockTable(t, db.Pool)
 	s := newStore(t, db.Pool)
 	locks, _ := newFence(t)
-	tg := msgtest.StoreTarget[pgx.Tx, *pgfence.Run](s)
+	tg := msgtest.StoreTarget[pgx.Tx, pgfence.Run](s)
 	tg.Write = insertStock("m", 1)
 	tg.BadOption = func() error {
-		_, err := pgfence.New(db.Pool, pgfence.WithLockTimeout(0))
+		_, err := pgfence.New(db.Pool, pgstore.WithLockTimeout(0))
 		return err
 	}
 	msgtest.Walk(t, testCtx(t), locks, tg)

@@ -11,6 +11,7 @@ import (
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,14 +45,14 @@ func TestPreparedOnDirectConnection(t *testing.T) {
 	ctx := testCtx(t)
 	for _, c := range []struct {
 		name      string
-		opts      []pgfence.Option
+		opts      []pgstore.Option
 		want      int
 		firstTrip int64
 	}{
 		// advance, BEGIN, open, close, COMMIT; the first transaction: the
 		// schema check, ask, prepare, then its own three.
 		{"default", nil, pgfenceStatements, 6},
-		{"WithoutPreparedStatements", []pgfence.Option{pgfence.WithoutPreparedStatements()}, 0, 4},
+		{"WithoutPreparedStatements", []pgstore.Option{pgstore.WithoutPreparedStatements()}, 0, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var writes atomic.Int64
@@ -85,7 +86,7 @@ func TestPreparedIsPerStore(t *testing.T) {
 		var mu sync.Mutex
 		var sent strings.Builder
 		conn := connThrough(t, db.URL, func(c net.Conn) net.Conn { return sqlRecorder{Conn: c, mu: &mu, sent: &sent} })
-		prepared, unnamed := newStore(t, conn), newStore(t, conn, pgfence.WithoutPreparedStatements())
+		prepared, unnamed := newStore(t, conn), newStore(t, conn, pgstore.WithoutPreparedStatements())
 		runs := func(s *pgfence.Store) (named, plain int) {
 			mu.Lock()
 			sent.Reset()

@@ -2,18 +2,14 @@ package pgfence_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,88 +19,28 @@ import (
 
 // rolesNewRole creates a login role with the fencelock grants
 // docs/operations.md gives (msgtest.AppGrants), less those whose index is
-// in skip, plus its own table's privileges, and returns a pool connected
-// as it. Roles are global to the server: the name is unique and the role
-// is dropped at the end.
-func rolesNewRole(t *testing.T, admin *pgxpool.Pool, url string, skip ...int) (string, *pgxpool.Pool) {
+// in skip, and returns its name and a pool connected as it.
+func rolesNewRole(t *testing.T, db *testenv.DB, skip ...int) (string, *pgxpool.Pool) {
 	t.Helper()
-	ctx := testCtx(t)
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	role := "fl_app_" + hex.EncodeToString(b)
-	ident := pgx.Identifier{role}.Sanitize()
-	mustExec(t, admin, "CREATE ROLE "+ident+" LOGIN NOSUPERUSER NOINHERIT")
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_, _ = admin.Exec(ctx, "DROP OWNED BY "+ident)
-		_, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+ident)
-	})
-	var owner string
-	require.NoError(t, admin.QueryRow(ctx, "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'fencelock'").Scan(&owner))
-	for i, g := range msgtest.AppGrants {
-		if !slices.Contains(skip, i) {
-			mustExec(t, admin, fmt.Sprintf(g, ident, owner))
-		}
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.ConnConfig.User = role
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	role, roleURL := msgtest.NewAppRole(t, db, skip...)
+	pool, err := pgxpool.New(testCtx(t), roleURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	var who string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT current_user").Scan(&who))
-	require.Equal(t, role, who)
-	return ident, pool
+	return role, pool
 }
 
 // A role with the documented grants less one (USAGE on the schema, or
 // EXECUTE on its functions) is refused by guard.Exec, Advance and Prune
-// with one message: the role, what it lacks, where, and the statements the
-// schema's owner runs connected to that database; run as printed (as the
-// owner it names, in the database it names), they fix the role, and the
-// calls then succeed.
+// with one message naming the grant and who runs it where; run as
+// printed, it fixes the role (msgtest.WalkMissingGrants).
 func TestRoleWithoutAGrant(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		skip  int
-		lacks string
-	}{
-		{"no USAGE", 0, "USAGE on schema fencelock"},
-		{"no EXECUTE", 1, "EXECUTE on function fencelock."},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			db := newDB(t)
-			ctx := testCtx(t)
-			role, appPool := rolesNewRole(t, db.Pool, db.URL, tc.skip)
-			app := newStore(t, appPool)
-			var owner, dbname string
-			require.NoError(t, db.Pool.QueryRow(ctx, "SELECT current_user, current_database()").Scan(&owner, &dbname))
-			a := guardtest.Lease{Resource: "perm", Tok: 7, Who: "a"}
-			noop := func(context.Context, pgx.Tx) error { return nil }
-			_, execErr := guard.Exec(ctx, app, a, noop)
-			advErr := app.Advance(ctx, a)
-			_, pruneErr := app.Prune(ctx, 0)
-			want := fmt.Sprintf("pgfence: role %q lacks %s", strings.Trim(role, `"`), tc.lacks)
-			for what, err := range map[string]error{"Exec": execErr, "Advance": advErr, "Prune": pruneErr} {
-				msgtest.Check(t, what, err, guard.ErrPermission, "lacks")
-				assert.Contains(t, err.Error(), want, what)
-				assert.Contains(t, err.Error(), fmt.Sprintf(", so nothing was written: as the schema's owner (role %q), run in database %q: psql -U ", owner, dbname), what)
-				assert.Equal(t, "42501", rolesCode(err), "%s: the server's error stays in the chain", what)
-			}
-			fix := msgtest.ParsePsql(t, execErr.Error())
-			assert.Equal(t, owner, fix.User)
-			assert.Equal(t, dbname, fix.Database)
-			for _, stmt := range fix.SQL { // the owner's session, in that database
-				mustExec(t, db.Pool, stmt)
-			}
-			_, err := guard.Exec(ctx, app, a, noop)
-			require.NoError(t, err, "after the fix %s", fix)
-			require.NoError(t, app.Advance(ctx, a))
-			_, err = app.Prune(ctx, 0)
-			require.NoError(t, err)
-		})
-	}
+	db := newDB(t)
+	msgtest.WalkMissingGrants[pgx.Tx, pgfence.Run](t, db, "pgfence", func(t *testing.T, roleURL string) *pgfence.Store {
+		pool, err := pgxpool.New(testCtx(t), roleURL)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		return newStore(t, pool)
+	})
 }
 
 func rolesCode(err error) string {
@@ -127,7 +63,7 @@ func TestRestrictedRole(t *testing.T) {
 	// The table's owner (here the admin) protects it; the app may write it.
 	admin := newStore(t, db.Pool)
 	require.NoError(t, admin.Protect(ctx, "stock", pgfence.ForResource("sync")))
-	role, appPool := rolesNewRole(t, db.Pool, db.URL)
+	role, appPool := rolesNewRole(t, db)
 	mustExec(t, db.Pool, "GRANT SELECT, INSERT, UPDATE, DELETE ON stock TO "+role)
 	app := newStore(t, appPool)
 

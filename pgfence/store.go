@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/pgcore"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,6 +38,10 @@ var (
 // guard.Store[pgx.Tx]. It is safe for concurrent use when its DB is (a
 // pool is). Create it with New.
 type Store struct {
+	// Core is what both Postgres stores do alike (package pgstore):
+	// Advance, Prune, Observers and MapError are its methods. New sets it.
+	pgstore.Core
+
 	db DB
 	// core holds the options, the claim cache, and runs, Advance and
 	// Prune (internal/pgcore, shared with sqlfence).
@@ -59,7 +64,8 @@ type Store struct {
 // error that matches guard.ErrSchemaMissing (guard.ErrSchemaOutdated for
 // an older schema) and names the versions and the command that migrates
 // it.
-func New(db DB, opts ...Option) (*Store, error) {
+// opts are package pgstore's (pgstore.WithLockTimeout, …).
+func New(db DB, opts ...pgstore.Option) (*Store, error) {
 	if db == nil {
 		return nil, errNilDB
 	}
@@ -74,10 +80,12 @@ func New(db DB, opts ...Option) (*Store, error) {
 			return nil, errNilDB
 		}
 	}
-	s := &Store{db: db}
-	if err := pgcore.Apply(&s.core.Settings, opts, Option.apply); err != nil {
+	settings, err := pgstore.Apply(opts...)
+	if err != nil {
 		return nil, err
 	}
+	s := &Store{db: db}
+	s.Core, s.core.Settings = &s.core, settings
 	s.core.Name, s.core.Driver, s.core.Autocommits, s.prepare = "pgfence", driver{db}, s.autocommits, !s.core.Unprepared
 	s.core.Target = pgcore.PgxTarget(db)
 	lockTimeout, idleTimeout := s.core.LockTimeout, s.core.IdleTimeout

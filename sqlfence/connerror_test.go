@@ -3,7 +3,6 @@ package sqlfence_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
@@ -11,7 +10,6 @@ import (
 	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A connection database/sql cannot make through pgx's driver (a wrong
@@ -22,14 +20,7 @@ import (
 // (lib/pq: examples/sqlx-gorm, whose module has it.)
 func TestConnRefusedMessages(t *testing.T) {
 	msgtest.WalkSQLRefusals(t, "pgx", msgtest.Refusals(t, testenv.NewDB(t), "prefer"), func(t *testing.T, r msgtest.Refusal, err error) {
-		var ce *pgconn.ConnectError
-		if !errors.As(err, &ce) {
-			t.Errorf("errors.As finds no *pgconn.ConnectError in %v", err)
-		}
-		var pgErr *pgconn.PgError
-		if got := errors.As(err, &pgErr); got != (r.Code != "") || got && pgErr.Code != r.Code {
-			t.Errorf("errors.As(*pgconn.PgError) = %v (%v), want SQLSTATE %q", got, pgErr, r.Code)
-		}
+		r.CheckPgxChain(t, err)
 	})
 }
 
@@ -58,5 +49,5 @@ func TestConnRefusedAfterPasswordChange(t *testing.T) {
 	r := msgtest.WrongPassword(tdb.Server.Addr, user, tdb.Name)
 	_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "rotate", Tok: 1, Who: "a"}, noop)
 	msgtest.CheckRefusal(t, "Exec", err, "sqlfence: begin: ", r)
-	msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[*sql.Tx, *sqlfence.Run](s), "sqlfence", r)
+	msgtest.WalkRefused(t, ctx, msgtest.StoreTarget[*sql.Tx, sqlfence.Run](s), "sqlfence", r)
 }

@@ -2,11 +2,13 @@
 // writes to Postgres through sqlx, GORM, sqlc's database/sql output or
 // plain database/sql, with any driver (pgx's github.com/jackc/pgx/v5/stdlib
 // and github.com/lib/pq are tested): *[Store] implements
-// guard.Store[*sql.Tx]. It owns the database/sql driver; the Postgres core
-// it shares with pgfence (options, Advance, Prune, runs, the commit queue)
-// is internal, and fn's plain *sql.Tx reaches the commit queue through the
-// context guard.Exec gives fn (guard.OpenTxn), so sqlx, GORM and sqlc
-// code keeps its *sql.Tx. So
+// guard.Store[*sql.Tx]. It is a driver over package pgstore, the seam it
+// shares with pgfence: pgstore owns the options, the methods both stores
+// have (Advance, Prune, Observers, MapError), resumable runs and the
+// schema's rules; sqlfence owns what database/sql does. fn's plain *sql.Tx
+// reaches the commit queue (package outbox) through the context
+// guard.Exec gives fn (guard.OpenTxn), so sqlx, GORM and sqlc code keeps
+// its *sql.Tx. So
 //
 //	store, err := sqlfence.New(db) // db *sql.DB
 //	...

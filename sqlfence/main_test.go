@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/guard"
+	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/migrations"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
@@ -49,13 +51,9 @@ func newDB(t testing.TB) (*testenv.DB, *sql.DB) {
 	return tdb, db
 }
 
-func newStore(t testing.TB, db *sql.DB, opts ...sqlfence.Option) *sqlfence.Store {
+func newStore(t testing.TB, db *sql.DB, opts ...pgstore.Option) *sqlfence.Store {
 	t.Helper()
-	s, err := sqlfence.New(db, opts...)
-	if err != nil {
-		t.Fatalf("sqlfence.New: %v", err)
-	}
-	return s
+	return msgtest.NewStore(t, sqlfence.New, db, opts...)
 }
 
 func mustExec(t testing.TB, db *sql.DB, q string, args ...any) {

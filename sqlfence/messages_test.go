@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/internal/msgtest"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
 )
@@ -28,10 +29,10 @@ func TestMessagesNameEachCauseOnce(t *testing.T) {
 		defer cancel()
 		_ = locks.Close(ctx)
 	})
-	tg := msgtest.StoreTarget[*sql.Tx, *sqlfence.Run](s)
+	tg := msgtest.StoreTarget[*sql.Tx, sqlfence.Run](s)
 	tg.Write = insert("m")
 	tg.BadOption = func() error {
-		_, err := sqlfence.New(db, sqlfence.WithLockTimeout(0))
+		_, err := sqlfence.New(db, pgstore.WithLockTimeout(0))
 		return err
 	}
 	msgtest.Walk(t, testCtx(t), locks, tg)

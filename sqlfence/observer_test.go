@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -41,7 +42,7 @@ func TestStoreObserver(t *testing.T) {
 	_, db := newDB(t)
 	mustExec(t, db, "CREATE TABLE stock (sku text, writer text)")
 	rec := &execRecorder{}
-	s := newStore(t, db, sqlfence.WithObserver(rec))
+	s := newStore(t, db, pgstore.WithObserver(rec))
 
 	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 5, Who: "h"}, insert("a"), guard.WithKey("k1"))
 	require.NoError(t, err)
@@ -81,9 +82,9 @@ func TestStoreObserver(t *testing.T) {
 
 func TestWithObserverValidates(t *testing.T) {
 	_, db := newDB(t)
-	_, err := sqlfence.New(db, sqlfence.WithObserver(nil))
+	_, err := sqlfence.New(db, pgstore.WithObserver(nil))
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
-	_, err = sqlfence.New(db, sqlfence.WithObserver(struct{}{}))
+	_, err = sqlfence.New(db, pgstore.WithObserver(struct{}{}))
 	require.ErrorIs(t, err, guard.ErrInvalidOption)
 }
 
@@ -104,7 +105,7 @@ func TestStoreAdvanceObserver(t *testing.T) {
 	ctx := testCtx(t)
 	_, db := newDB(t)
 	rec := &advanceRecorder{}
-	s := newStore(t, db, sqlfence.WithObserver(rec))
+	s := newStore(t, db, pgstore.WithObserver(rec))
 
 	require.NoError(t, s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 5, Who: "h"}))
 	require.ErrorIs(t, s.Advance(ctx, guardtest.Lease{Resource: "r", Tok: 4, Who: "old"}), guard.ErrStaleToken)

@@ -1,12 +1,7 @@
 package sqlfence_test
 
 import (
-	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -14,39 +9,19 @@ import (
 	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/internal/pgcore"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/fencelock/fencelock/sqlfence"
+	"github.com/fencelock/fencelock/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // appRole creates a login role with the grants docs/operations.md gives
-// an application (msgtest.AppGrants) less those whose index is in skip,
-// and returns its name and a database/sql handle connected as it.
-func appRole(t *testing.T, url string, admin *sql.DB, skip ...int) (string, *sql.DB) {
+// an application (msgtest.AppGrants) and returns its name and a
+// database/sql handle connected as it.
+func appRole(t *testing.T, tdb *testenv.DB) (string, *sql.DB) {
 	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "fl_sqlapp_" + hex.EncodeToString(b)
-	role := pgx.Identifier{name}.Sanitize()
-	mustExec(t, admin, "CREATE ROLE "+role+" LOGIN NOSUPERUSER NOINHERIT")
-	t.Cleanup(func() {
-		_, _ = admin.Exec("DROP OWNED BY " + role)
-		_, _ = admin.Exec("DROP ROLE IF EXISTS " + role)
-	})
-	var owner string
-	require.NoError(t, admin.QueryRow("SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'fencelock'").Scan(&owner))
-	for i, g := range msgtest.AppGrants {
-		if !slices.Contains(skip, i) {
-			mustExec(t, admin, fmt.Sprintf(g, role, owner))
-		}
-	}
-	cfg, err := pgx.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.User = name
-	db := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { _ = db.Close() })
-	return name, db
+	role, roleURL := msgtest.NewAppRole(t, tdb)
+	return role, openDB(t, "pgx", roleURL)
 }
 
 // An application role with only the grants docs/operations.md lists (USAGE on
@@ -55,7 +30,7 @@ func appRole(t *testing.T, url string, admin *sql.DB, skip ...int) (string, *sql
 func TestApplicationRole(t *testing.T) {
 	tdb, admin := newDB(t)
 	ctx := testCtx(t)
-	role, db := appRole(t, tdb.URL, admin)
+	role, db := appRole(t, tdb)
 	mustExec(t, admin, "CREATE TABLE stock (sku text, writer text)")
 	mustExec(t, admin, "GRANT INSERT, SELECT ON stock TO "+role)
 	s := newStore(t, db)
@@ -90,46 +65,11 @@ func TestApplicationRole(t *testing.T) {
 }
 
 // A role with the documented grants less one is refused by guard.Exec,
-// Advance and Prune with pgfence's message (one mapping for every store):
-// the role, what it lacks, the statements the schema's owner runs in the
-// database named; run as printed, they fix the role.
+// Advance and Prune with the message pgfence gives (one mapping for every
+// store); run as printed, the fix works (msgtest.WalkMissingGrants).
 func TestRoleWithoutAGrant(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		skip  int
-		lacks string
-	}{
-		{"no USAGE", 0, "USAGE on schema fencelock"},
-		{"no EXECUTE", 1, "EXECUTE on function fencelock."},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tdb, admin := newDB(t)
-			ctx := testCtx(t)
-			role, db := appRole(t, tdb.URL, admin, tc.skip)
-			s := newStore(t, db)
-			var owner, dbname string
-			require.NoError(t, admin.QueryRow("SELECT current_user, current_database()").Scan(&owner, &dbname))
-			a := guardtest.Lease{Resource: "perm", Tok: 7, Who: "a"}
-			noop := func(context.Context, *sql.Tx) error { return nil }
-			_, execErr := guard.Exec(ctx, s, a, noop)
-			advErr := s.Advance(ctx, a)
-			_, pruneErr := s.Prune(ctx, 0)
-			for what, err := range map[string]error{"Exec": execErr, "Advance": advErr, "Prune": pruneErr} {
-				msgtest.Check(t, what, err, guard.ErrPermission, "lacks")
-				assert.Contains(t, err.Error(), fmt.Sprintf("sqlfence: role %q lacks %s", role, tc.lacks), what)
-				assert.Contains(t, err.Error(), fmt.Sprintf(", so nothing was written: as the schema's owner (role %q), run in database %q: psql -U ", owner, dbname), what)
-			}
-			fix := msgtest.ParsePsql(t, execErr.Error())
-			assert.Equal(t, owner, fix.User)
-			assert.Equal(t, dbname, fix.Database)
-			for _, stmt := range fix.SQL {
-				mustExec(t, admin, stmt)
-			}
-			_, err := guard.Exec(ctx, s, a, noop)
-			require.NoError(t, err, "after the fix %s", fix)
-			require.NoError(t, s.Advance(ctx, a))
-			_, err = s.Prune(ctx, 0)
-			require.NoError(t, err)
-		})
-	}
+	tdb, _ := newDB(t)
+	msgtest.WalkMissingGrants[*sql.Tx, sqlfence.Run](t, tdb, "sqlfence", func(t *testing.T, roleURL string) *sqlfence.Store {
+		return newStore(t, openDB(t, "pgx", roleURL))
+	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/internal/pgcore"
+	"github.com/fencelock/fencelock/pgstore"
 )
 
 var (
@@ -25,9 +26,9 @@ var (
 // guard.Store[*sql.Tx] over a *sql.DB of any Postgres driver. It is safe
 // for concurrent use. Create it with New.
 type Store struct {
-	db *sql.DB
-	// core holds the options, the claim cache, and runs, Advance and
-	// Prune (internal/pgcore, shared with pgfence).
+	pgstore.Core // Advance, Prune, Observers, MapError: core's, as pgfence's
+
+	db   *sql.DB
 	core pgcore.Core
 	// open is the check statement, with the timeouts.
 	open string
@@ -50,16 +51,23 @@ type Store struct {
 // migrated every call fails with an error that matches
 // guard.ErrSchemaMissing (guard.ErrSchemaOutdated for an older schema)
 // and names the versions and the command that migrates it.
-func New(db *sql.DB, opts ...Option) (*Store, error) {
+// opts are package pgstore's (pgstore.WithLockTimeout, …), except
+// pgstore.WithoutPreparedStatements, which is pgfence's.
+func New(db *sql.DB, opts ...pgstore.Option) (*Store, error) {
 	if db == nil {
 		return nil, errNilDB
+	}
+	settings, err := pgstore.Apply(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if settings.Unprepared {
+		return nil, fmt.Errorf("%w: sqlfence.New: pgstore.WithoutPreparedStatements is pgfence's: the database/sql driver decides how sqlfence's statements are sent (pgx's stdlib: default_query_exec_mode in the connection string); remove the option", guard.ErrInvalidOption)
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	s := &Store{db: db, nonce: hex.EncodeToString(b[:])}
-	if err := pgcore.Apply(&s.core.Settings, opts, Option.apply); err != nil {
-		return nil, err
-	}
+	s.Core, s.core.Settings = &s.core, settings
 	s.core.Name, s.core.Driver = "sqlfence", driver{db}
 	s.literal = literalDriver(db)
 	s.open, s.openColumns = s.openQuery(), 3

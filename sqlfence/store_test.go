@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/pgstore"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
@@ -200,7 +201,7 @@ func TestProtectedTable(t *testing.T) {
 func TestOptions(t *testing.T) {
 	_, db := newDB(t)
 	ctx := testCtx(t)
-	s := newStore(t, db, sqlfence.WithLockTimeout(250*time.Millisecond), sqlfence.WithIdleTimeout(time.Minute))
+	s := newStore(t, db, pgstore.WithLockTimeout(250*time.Millisecond), pgstore.WithIdleTimeout(time.Minute))
 	var lockTimeout, idle string
 	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, "SHOW lock_timeout").Scan(&lockTimeout); err != nil {
@@ -215,10 +216,13 @@ func TestOptions(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, "SHOW lock_timeout").Scan(&after))
 	assert.Equal(t, "0", after, "the setting is the transaction's only")
 
-	for _, o := range []sqlfence.Option{nil, sqlfence.WithLockTimeout(0), sqlfence.WithIdleTimeout(time.Microsecond)} {
+	for _, o := range []pgstore.Option{nil, pgstore.WithLockTimeout(0), pgstore.WithIdleTimeout(time.Microsecond)} {
 		_, err := sqlfence.New(db, o)
 		assert.ErrorIs(t, err, guard.ErrInvalidOption)
 	}
+	_, err = sqlfence.New(db, pgstore.WithoutPreparedStatements())
+	require.ErrorIs(t, err, guard.ErrInvalidOption)
+	assert.Contains(t, err.Error(), "WithoutPreparedStatements is pgfence's", "it says why")
 	_, err = sqlfence.New(nil)
 	assert.ErrorIs(t, err, guard.ErrNilDB)
 }

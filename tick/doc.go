@@ -10,7 +10,7 @@
 //
 //	runner, err := tick.New(locks, store) // a *fence.Client, a *pgfence.Store
 //	out, err := runner.Run(ctx, "stock-sync", tick.Every(5*time.Minute), scheduled,
-//		func(ctx context.Context, t *tick.Tick[*pgfence.Run]) error {
+//		func(ctx context.Context, t *tick.Tick[pgfence.Run]) error {
 //			return t.Run.Step(ctx, "done", func(ctx context.Context, tx pgx.Tx) error { ... })
 //		})
 //

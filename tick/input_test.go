@@ -24,13 +24,13 @@ func TestBadInputTakesNothing(t *testing.T) {
 	a := env.NewInstance(t)
 	at := past()
 	ran := false
-	fn := func(context.Context, *tick.Tick[*pgfence.Run]) error { ran = true; return nil }
+	fn := func(context.Context, *tick.Tick[pgfence.Run]) error { ran = true; return nil }
 	cases := []struct {
 		name string
 		job  string
 		s    tick.Schedule
 		at   time.Time
-		fn   tick.Func[*pgfence.Run]
+		fn   tick.Func[pgfence.Run]
 		opts []tick.Option
 		want error
 		says string
@@ -84,7 +84,7 @@ func TestFiringTimeWithinToleranceNamesTheTick(t *testing.T) {
 	a := env.NewInstance(t)
 	for _, d := range []time.Duration{-1500 * time.Millisecond, 0, 1900 * time.Millisecond} {
 		var got time.Time
-		out, err := a.Runner.Run(ctx, "sync", minute, at.Add(d), func(_ context.Context, tk *tick.Tick[*pgfence.Run]) error {
+		out, err := a.Runner.Run(ctx, "sync", minute, at.Add(d), func(_ context.Context, tk *tick.Tick[pgfence.Run]) error {
 			got = tk.At
 			return nil
 		}, tick.WithTolerance(2*time.Second))

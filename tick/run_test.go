@@ -92,9 +92,9 @@ func TestLateInstanceFindsTickDone(t *testing.T) {
 var errBoom = errors.New("boom")
 
 // failAt fails the job once, before step n.
-func failAt(n int) func(context.Context, *tick.Tick[*pgfence.Run], int) error {
+func failAt(n int) func(context.Context, *tick.Tick[pgfence.Run], int) error {
 	var once sync.Once
-	return func(_ context.Context, _ *tick.Tick[*pgfence.Run], step int) (err error) {
+	return func(_ context.Context, _ *tick.Tick[pgfence.Run], step int) (err error) {
 		if step == n {
 			once.Do(func() { err = errBoom })
 		}
@@ -114,8 +114,8 @@ func TestFailedTickResumedAtItsCursor(t *testing.T) {
 	assert.Equal(t, "sync", je.Job)
 	assert.True(t, je.Tick.Equal(at))
 
-	var seen *tick.Tick[*pgfence.Run]
-	job := ticktest.Job{Instance: "b", Steps: 4, BeforeStep: func(_ context.Context, tk *tick.Tick[*pgfence.Run], _ int) error {
+	var seen *tick.Tick[pgfence.Run]
+	job := ticktest.Job{Instance: "b", Steps: 4, BeforeStep: func(_ context.Context, tk *tick.Tick[pgfence.Run], _ int) error {
 		if seen == nil {
 			seen = tk
 		}
@@ -223,7 +223,7 @@ func TestHeldElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	defer held.Release(ctx)
 	ran := false
-	out, err := a.Runner.Run(ctx, "sync", minute, past(), func(context.Context, *tick.Tick[*pgfence.Run]) error {
+	out, err := a.Runner.Run(ctx, "sync", minute, past(), func(context.Context, *tick.Tick[pgfence.Run]) error {
 		ran = true
 		return nil
 	}, tick.WithWait(200*time.Millisecond))
@@ -234,7 +234,7 @@ func TestHeldElsewhere(t *testing.T) {
 	assert.Equal(t, held.Token(), out.Token)
 
 	// A tick whose next one is already due makes one attempt.
-	out, err = a.Runner.Run(ctx, "sync", minute, past(), func(context.Context, *tick.Tick[*pgfence.Run]) error { return nil })
+	out, err = a.Runner.Run(ctx, "sync", minute, past(), func(context.Context, *tick.Tick[pgfence.Run]) error { return nil })
 	require.NoError(t, err)
 	assert.Equal(t, tick.HeldElsewhere, out.Result)
 }
@@ -246,7 +246,7 @@ func TestLockLostMidTick(t *testing.T) {
 	ctx := testCtx(t)
 	at := past()
 	a, b := env.NewInstance(t), env.NewInstance(t)
-	job := ticktest.Job{Instance: "a", Steps: 3, BeforeStep: func(ctx context.Context, tk *tick.Tick[*pgfence.Run], step int) error {
+	job := ticktest.Job{Instance: "a", Steps: 3, BeforeStep: func(ctx context.Context, tk *tick.Tick[pgfence.Run], step int) error {
 		if step != 2 {
 			return nil
 		}

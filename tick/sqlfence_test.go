@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var _ tick.Store[*sqlfence.Run, *sql.Tx] = (*sqlfence.Store)(nil)
+var _ tick.Store[sqlfence.Run, *sql.Tx] = (*sqlfence.Store)(nil)
 
 // sqlfence's runs serve ticks as pgfence's do: the step commits, a second
 // call finds the tick done.
@@ -29,7 +29,7 @@ func TestSQLFenceStore(t *testing.T) {
 	r, err := tick.New(inst.Locks, store)
 	require.NoError(t, err)
 	at := past()
-	job := func(ctx context.Context, tk *tick.Tick[*sqlfence.Run]) error {
+	job := func(ctx context.Context, tk *tick.Tick[sqlfence.Run]) error {
 		return tk.Run.Step(ctx, "1", func(ctx context.Context, tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO tick_effects (job, tick, step, steps, token, instance) VALUES ($1, $2, 1, 1, $3, 'sql')`,
 				tk.Job, tk.At, tk.Lock.Token())

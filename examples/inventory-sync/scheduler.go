@@ -102,7 +102,7 @@ type scheduler struct {
 	rdb     *redis.Client
 	pool    *pgxpool.Pool
 	locks   *fence.Client
-	runner  *tick.Runner[*pgfence.Run, pgx.Tx]
+	runner  *tick.Runner[pgfence.Run, pgx.Tx]
 	mu      sync.Mutex // out and faulted
 	out     *json.Encoder
 	faulted bool // its fault happened (it is injected once)
@@ -168,7 +168,7 @@ func (s *scheduler) fire(ctx context.Context, every tick.Every, at time.Time) {
 		s.lockOnly(ctx, at)
 		return
 	}
-	out, err := s.runner.Run(ctx, s.c.Job, every, at, func(ctx context.Context, t *tick.Tick[*pgfence.Run]) error {
+	out, err := s.runner.Run(ctx, s.c.Job, every, at, func(ctx context.Context, t *tick.Tick[pgfence.Run]) error {
 		from := 0
 		if t.Cursor != "" {
 			n, err := strconv.Atoi(t.Cursor)

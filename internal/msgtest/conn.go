@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock/guard/guardtest"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/fencelock/fencelock/testenv"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Refusal is a connection to Postgres that fails, and what a store's
@@ -206,7 +207,7 @@ func WalkSQLRefusals(t *testing.T, driver string, refusals []Refusal, check func
 			if err != nil {
 				t.Fatal(err)
 			}
-			WalkRefused(t, ctx, StoreTarget[*sql.Tx, *sqlfence.Run](s), "sqlfence", r)
+			WalkRefused(t, ctx, StoreTarget[*sql.Tx, sqlfence.Run](s), "sqlfence", r)
 			_, err = guard.Exec(ctx, s, guardtest.Lease{Resource: "msg-refused", Tok: 1, Who: "a"}, func(context.Context, *sql.Tx) error { return nil })
 			check(t, r, err)
 		})
@@ -221,4 +222,19 @@ func (r Refusal) Unaddressed() Refusal {
 	r.Names = nil
 	r.Cause = strings.Replace(r.Cause, "cannot reach Postgres at ", "cannot reach Postgres: dial tcp ", 1)
 	return r
+}
+
+// CheckPgxChain fails t unless pgx's own errors of r's refusal are still
+// in err's chain for errors.As: the *pgconn.ConnectError, and the server's
+// *pgconn.PgError with r.Code when the server answered.
+func (r Refusal) CheckPgxChain(t testing.TB, err error) {
+	t.Helper()
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) {
+		t.Errorf("errors.As finds no *pgconn.ConnectError in %v", err)
+	}
+	var pgErr *pgconn.PgError
+	if got := errors.As(err, &pgErr); got != (r.Code != "") || got && pgErr.Code != r.Code {
+		t.Errorf("errors.As(*pgconn.PgError) = %v (%v), want SQLSTATE %q", got, pgErr, r.Code)
+	}
 }

@@ -1,6 +1,7 @@
 // Package msgtest checks error messages the way an operator reads them:
 // one line, each cause named once, one prefix per layer. The stores'
-// tests walk their failure paths with it.
+// tests walk their failure paths with it, and share their other helpers
+// here (NewStore, NewAppRole).
 package msgtest
 
 import (
@@ -13,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
+	"github.com/fencelock/fencelock/pgstore"
 )
 
 // Layers are the package prefixes a fencelock message may carry, each at
@@ -164,4 +166,15 @@ func StoreTarget[Tx any, R Runs[Tx], S Store[Tx, R]](s S) Target[Tx] {
 			return s.Run(l, key).Resume(ctx)
 		},
 	}
+}
+
+// NewStore returns newStore(db, opts...) (pgfence.New, sqlfence.New), or
+// fails t with its error.
+func NewStore[DB, S any](t testing.TB, newStore func(DB, ...pgstore.Option) (S, error), db DB, opts ...pgstore.Option) S {
+	t.Helper()
+	s, err := newStore(db, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
 }

@@ -66,7 +66,7 @@ func (c *Core) Advance(ctx context.Context, lease guard.Lease) (err error) {
 		return err
 	}
 	if err := c.Driver.Exec(ctx, "SELECT fencelock.claim($1, $2, $3)", cl.Resource, cl.Token, cl.Holder); err != nil {
-		err = c.MapError(ctx, c.ConnError("advance", err))
+		err = c.Explain(ctx, c.ConnError("advance", err))
 		if lerr := guard.LeaseLost(lease, err); lerr != nil {
 			return lerr
 		}
@@ -114,7 +114,7 @@ func (c *Core) Prune(ctx context.Context, olderThan time.Duration) (int64, error
 	}
 	var n int64
 	if _, err := c.Driver.QueryRow(ctx, "SELECT fencelock.prune($1 * interval '1 microsecond')", []any{olderThan.Microseconds()}, &n); err != nil {
-		return 0, c.MapError(ctx, c.ConnError("prune", err))
+		return 0, c.Explain(ctx, c.ConnError("prune", err))
 	}
 	return n, nil
 }
@@ -123,12 +123,15 @@ func (c *Core) Prune(ctx context.Context, olderThan time.Duration) (int64, error
 // op's err, in one line.
 func (c *Core) ConnError(op string, err error) error { return ConnError(c.Name, op, err) }
 
-// MapError is Map, except that a write refused as read-only asks the
+// MapError is Map, the stores' guard.ErrorMapper (pgstore.Core).
+func (c *Core) MapError(err error) error { return Map(err) }
+
+// Explain is Map, except that a write refused as read-only asks the
 // server why (one more round trip, on that failure path only), to name the
 // setting, and a refusal of a privilege on the fencelock schema reads the
 // role, the database and the owner, to name the grant
 // (ExplainPermission).
-func (c *Core) MapError(ctx context.Context, err error) error {
+func (c *Core) Explain(ctx context.Context, err error) error {
 	switch Code(err) {
 	case ReadOnly:
 		return c.ExplainReadOnly(ctx)

@@ -62,11 +62,15 @@ func Map(err error) error {
 		}
 	case InvalidSchema, UndefinedFunc, UndefinedTable:
 		if strings.Contains(e.Message, "fencelock") {
-			return fmt.Errorf("%w (%w)", guard.ErrSchemaMissing, err)
+			return &schemaError{msg: "guard: fencelock schema not installed: run migrations.Up(ctx, db), or: " + MigrateCommand + " (" + err.Error() + ")", kind: guard.ErrSchemaMissing, err: err}
 		}
 	}
 	return err
 }
 
 // wrap is "sentinel: err".
+// MigrateCommand installs the fencelock schema from a shell, anywhere Go
+// is installed (the goose CLI's -dir needs a checkout of the migrations).
+const MigrateCommand = `go run github.com/fencelock/fencelock/cmd/fencectl@latest migrate up --db "$DATABASE_URL"`
+
 func wrap(sentinel, err error) error { return fmt.Errorf("%w: %w", sentinel, err) }

@@ -39,7 +39,7 @@ func ParseDenial(msg string) (Denial, bool) {
 	return Denial{Kind: m[1], Object: m[2]}, true
 }
 
-// ExplainPermission is MapError for a refusal (42501): when it concerns
+// ExplainPermission is Explain for a refusal (42501): when it concerns
 // the fencelock schema, the error PermissionError words, after one more
 // round trip to read the role, the database and the schema's owner (on
 // this failure path only); any other refusal (fn's own tables) is

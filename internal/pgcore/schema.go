@@ -157,8 +157,8 @@ func (s Schema) Err(t *Target) error {
 	if owner, ok := s.OtherOwner(); ok {
 		who = fmt.Sprintf("only the schema's owner, role %q, may migrate it (this Store connects as %q): ", owner, s.User)
 	}
-	return &schemaError{msg: fmt.Sprintf("%v: schema fencelock in database %q is at %s and this fencelock needs %d: %s%s",
-		guard.ErrSchemaOutdated, s.Database, s.Have(), SchemaVersion, who, s.Fix(t)), kind: guard.ErrSchemaOutdated}
+	return &schemaError{msg: fmt.Sprintf("guard: fencelock schema out of date: schema fencelock in database %q is at %s and this fencelock needs %d: %s%s",
+		s.Database, s.Have(), SchemaVersion, who, s.Fix(t)), kind: guard.ErrSchemaOutdated}
 }
 
 // Have is the schema's version as a message says it.
@@ -302,7 +302,14 @@ func (t Target) url() (string, bool) {
 type schemaError struct {
 	msg  string
 	kind error
+	// err is the driver's error it words, if any.
+	err error
 }
 
 func (e *schemaError) Error() string { return e.msg }
-func (e *schemaError) Unwrap() error { return e.kind }
+func (e *schemaError) Unwrap() []error {
+	if e.err == nil {
+		return []error{e.kind}
+	}
+	return []error{e.kind, e.err}
+}

@@ -95,3 +95,18 @@ func TestMapCodes(t *testing.T) {
 		assert.Equal(t, error(err), pgcore.Map(err))
 	}
 }
+
+// A fencelock function or table missing in raw SQL (MapError) is
+// guard.ErrSchemaMissing, in a message that names the fix: a command that
+// runs from any directory (the goose CLI's -dir migrations works only in a
+// checkout of this repository). The driver's error stays in the chain.
+func TestSchemaMissingFixWorksOutsideACheckout(t *testing.T) {
+	raw := &pgconn.PgError{Severity: "ERROR", Code: "42883", Message: "function fencelock.claim(text, bigint, text) does not exist"}
+	err := pgcore.Map(fmt.Errorf("insert: %w", raw))
+	require.ErrorIs(t, err, guard.ErrSchemaMissing)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	assert.NotContains(t, err.Error(), "-dir migrations")
+	assert.Equal(t, `guard: fencelock schema not installed: run migrations.Up(ctx, db), or: `+
+		`go run github.com/fencelock/fencelock/cmd/fencectl@latest migrate up --db "$DATABASE_URL" (insert: ERROR: function fencelock.claim(text, bigint, text) does not exist (SQLSTATE 42883))`, err.Error())
+}

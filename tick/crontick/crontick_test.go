@@ -66,7 +66,7 @@ func TestCronRunsEachTickOnce(t *testing.T) {
 		job := ticktest.Job{Instance: string(rune('a' + i)), Steps: 2}
 		if i == 0 { // its Redis is cut at step 2 of a tick a few seconds in
 			addr = proxy.Addr
-			job.BeforeStep = func(ctx context.Context, tk *tick.Tick[*pgfence.Run], step int) error {
+			job.BeforeStep = func(ctx context.Context, tk *tick.Tick[pgfence.Run], step int) error {
 				if step == 2 && time.Since(start) > 2*time.Second {
 					cutOnce.Do(func() {
 						proxy.Blackhole()
@@ -143,7 +143,7 @@ func TestAddRefusesBadInput(t *testing.T) {
 	env := ticktest.NewEnv(t)
 	inst := env.NewInstance(t)
 	c := cron.New()
-	fn := func(context.Context, *tick.Tick[*pgfence.Run]) error { return nil }
+	fn := func(context.Context, *tick.Tick[pgfence.Run]) error { return nil }
 	s, err := cron.ParseStandard("*/5 * * * *")
 	require.NoError(t, err)
 	every, err := cron.ParseStandard("@every 5m")

@@ -6,7 +6,7 @@
 //
 //	c := cron.New()
 //	s, err := cron.ParseStandard("CRON_TZ=Europe/Paris 30 2 * * *")
-//	id, err := crontick.Add(c, runner, "stock-sync", s, func(ctx context.Context, t *tick.Tick[*pgfence.Run]) error {
+//	id, err := crontick.Add(c, runner, "stock-sync", s, func(ctx context.Context, t *tick.Tick[pgfence.Run]) error {
 //		... // t.At is the tick, t.Run its resumable run, t.Lock the job's lock
 //	})
 //	c.Start()

@@ -9,7 +9,7 @@
 //
 //	l, err := gocrontick.NewLocker(runner) // a *tick.Runner
 //	def, err := gocrontick.Cron("*/5 * * * *", false)
-//	j, err := l.NewJob(s, def, "stock-sync", func(ctx context.Context, t *tick.Tick[*pgfence.Run]) error {
+//	j, err := l.NewJob(s, def, "stock-sync", func(ctx context.Context, t *tick.Tick[pgfence.Run]) error {
 //		... // t.At is the tick, t.Run its resumable run, t.Lock the job's lock
 //	})
 //

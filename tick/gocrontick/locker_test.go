@@ -79,7 +79,7 @@ func TestGocronRunsEachTickOnce(t *testing.T) {
 		job := ticktest.Job{Instance: string(rune('a' + i)), Steps: 2}
 		if i == 0 {
 			addr = proxy.Addr
-			job.BeforeStep = func(ctx context.Context, tk *tick.Tick[*pgfence.Run], step int) error {
+			job.BeforeStep = func(ctx context.Context, tk *tick.Tick[pgfence.Run], step int) error {
 				if step == 2 && time.Since(start) > 2*time.Second {
 					cutOnce.Do(func() {
 						proxy.Blackhole()
@@ -166,7 +166,7 @@ func TestBadInput(t *testing.T) {
 	s, err := gocron.NewScheduler()
 	require.NoError(t, err)
 	defer s.Shutdown()
-	fn := func(context.Context, *tick.Tick[*pgfence.Run]) error { return nil }
+	fn := func(context.Context, *tick.Tick[pgfence.Run]) error { return nil }
 	def, err := gocrontick.Cron("*/5 * * * *", false)
 	require.NoError(t, err)
 	_, err = gocrontick.Cron("@every 5m", false)
@@ -188,6 +188,6 @@ func TestBadInput(t *testing.T) {
 	assert.Len(t, s.Jobs(), 1)
 	_, err = l.Lock(context.Background(), "other")
 	assert.ErrorIs(t, err, gocrontick.ErrUnknownJob)
-	_, err = gocrontick.NewLocker[*pgfence.Run](nil)
+	_, err = gocrontick.NewLocker[pgfence.Run](nil)
 	assert.ErrorIs(t, err, gocrontick.ErrInvalidInput)
 }

@@ -44,7 +44,7 @@ func NewEnv(t testing.TB) *Env {
 type Instance struct {
 	Locks  *fence.Client
 	Store  *pgfence.Store
-	Runner *tick.Runner[*pgfence.Run, pgx.Tx]
+	Runner *tick.Runner[pgfence.Run, pgx.Tx]
 }
 
 // NewInstance makes an instance on e.

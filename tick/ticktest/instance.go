@@ -117,7 +117,7 @@ type instance struct {
 	rdb    *redis.Client
 	pool   *pgxpool.Pool
 	locks  *fence.Client
-	runner *tick.Runner[*pgfence.Run, pgx.Tx]
+	runner *tick.Runner[pgfence.Run, pgx.Tx]
 	job    Job
 	mu     sync.Mutex // stdout, hangs
 	stdin  *bufio.Reader
@@ -167,7 +167,7 @@ func (in *instance) say(format string, args ...any) {
 
 // hang stops the job at step 2 of the first tick at or after HangAt[0]
 // that this instance runs, until a line comes on stdin.
-func (in *instance) hang(_ context.Context, t *tick.Tick[*pgfence.Run], step int) error {
+func (in *instance) hang(_ context.Context, t *tick.Tick[pgfence.Run], step int) error {
 	in.mu.Lock()
 	if step != 2 || len(in.c.HangAt) == 0 || t.At.Before(in.c.HangAt[0]) {
 		in.mu.Unlock()

@@ -42,12 +42,12 @@ type Job struct {
 	// BeforeStep, when set, is called before each step with its number
 	// (from 1): a test pauses, kills or fails the instance there. An
 	// error ends the job with it.
-	BeforeStep func(ctx context.Context, t *tick.Tick[*pgfence.Run], step int) error
+	BeforeStep func(ctx context.Context, t *tick.Tick[pgfence.Run], step int) error
 }
 
 // Func is the job as a tick.Func: it resumes after the tick's cursor.
-func (j Job) Func() tick.Func[*pgfence.Run] {
-	return func(ctx context.Context, t *tick.Tick[*pgfence.Run]) error {
+func (j Job) Func() tick.Func[pgfence.Run] {
+	return func(ctx context.Context, t *tick.Tick[pgfence.Run]) error {
 		from := 1
 		if t.Cursor != "" {
 			n, err := strconv.Atoi(t.Cursor)
@@ -107,7 +107,7 @@ func LockOnly(ctx context.Context, locks *fence.Client, pool *pgxpool.Pool, job 
 		return nil // held elsewhere: this instance skips the tick
 	}
 	defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
-	t := &tick.Tick[*pgfence.Run]{Job: job, At: at.UTC(), Key: tick.Key(at), Lock: lock}
+	t := &tick.Tick[pgfence.Run]{Job: job, At: at.UTC(), Key: tick.Key(at), Lock: lock}
 	for step := 1; step <= j.Steps; step++ {
 		if err := j.delay(ctx); err != nil {
 			return err

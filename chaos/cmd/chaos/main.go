@@ -56,7 +56,7 @@ func main() {
 		guardOn   = flag.Bool("guard", true, "fence the workers' writes with guard (false: the main run is a control run)")
 		lease     = flag.Duration("lease", 400*time.Millisecond, "lock lease")
 		bare      = flag.Bool("bare-lease", true, "odd-numbered workers give guard.Exec a bare lease (no Done channel): the database alone must reject their stale writes")
-		idle      = flag.Duration("idle-timeout", 0, "pgfence.WithIdleTimeout for the workers' stores (0: off, the library default)")
+		idle      = flag.Duration("idle-timeout", 0, "pgstore.WithIdleTimeout for the workers' stores (0: off, the library default)")
 		workers   = flag.Int("workers", 3, "worker processes per trial")
 		contend   = flag.Int("contenders", 2, "worker processes added per trial that wait with short random limits, leaving the locks' queues while handovers race them (0: none)")
 		resources = flag.Int("resources", 2, "resources per trial")
