@@ -6,8 +6,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
-	"github.com/fencelock/fencelock/internal/pgcore"
-	"github.com/fencelock/fencelock/pgfence"
+	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/testenv"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,17 +15,10 @@ import (
 // TestContract runs guard's store contract (package guardtest) on pgfence
 // over a pool.
 func TestContract(t *testing.T) {
-	guardtest.Run(t, guardtest.Harness[pgx.Tx]{
-		Open: func(t testing.TB) guardtest.Database[pgx.Tx] {
-			db := newDB(t)
-			return pgxDatabase{url: db.URL, pool: db.Pool}
-		},
-		Run: func(s guard.Store[pgx.Tx], l guard.Lease, key string) guardtest.Runner[pgx.Tx] {
-			return s.(*pgfence.Store).Run(l, key)
-		},
-		OnCommit:   pgcore.OnCommit[pgx.Tx],
-		ErrNotOpen: pgcore.ErrNotGuardedTx,
-	})
+	guardtest.Run(t, msgtest.Harness(func(t testing.TB) guardtest.Database[pgx.Tx] {
+		db := newDB(t)
+		return pgxDatabase{url: db.URL, pool: db.Pool}
+	}))
 }
 
 // pgxDatabase is guardtest's view of a test database through pgx.
@@ -74,17 +66,10 @@ func (pgxDatabase) TxCommit(ctx context.Context, tx pgx.Tx) error { return tx.Co
 // another process would, so that one opened after the database was made
 // read-only gets server connections that see it so.
 func TestContractPgBouncer(t *testing.T) {
-	guardtest.Run(t, guardtest.Harness[pgx.Tx]{
-		Open: func(t testing.TB) guardtest.Database[pgx.Tx] {
-			db := newDB(t)
-			return bouncedDatabase{pgxDatabase: pgxDatabase{url: db.URL, pool: db.Pool}, tdb: db}
-		},
-		Run: func(s guard.Store[pgx.Tx], l guard.Lease, key string) guardtest.Runner[pgx.Tx] {
-			return s.(*pgfence.Store).Run(l, key)
-		},
-		OnCommit:   pgcore.OnCommit[pgx.Tx],
-		ErrNotOpen: pgcore.ErrNotGuardedTx,
-	})
+	guardtest.Run(t, msgtest.Harness(func(t testing.TB) guardtest.Database[pgx.Tx] {
+		db := newDB(t)
+		return bouncedDatabase{pgxDatabase: pgxDatabase{url: db.URL, pool: db.Pool}, tdb: db}
+	}))
 }
 
 type bouncedDatabase struct {

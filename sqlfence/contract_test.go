@@ -7,8 +7,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
-	"github.com/fencelock/fencelock/internal/pgcore"
-	"github.com/fencelock/fencelock/sqlfence"
+	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/testenv"
 )
 
@@ -16,17 +15,10 @@ import (
 // driver named driver ("pgx" here; the examples module runs it with
 // lib/pq's "postgres").
 func Harness(driver string) guardtest.Harness[*sql.Tx] {
-	return guardtest.Harness[*sql.Tx]{
-		Open: func(t testing.TB) guardtest.Database[*sql.Tx] {
-			tdb, db := newDB(t)
-			return sqlDatabase{url: tdb.URL, driver: driver, db: db}
-		},
-		Run: func(s guard.Store[*sql.Tx], l guard.Lease, key string) guardtest.Runner[*sql.Tx] {
-			return s.(*sqlfence.Store).Run(l, key)
-		},
-		OnCommit:   pgcore.OnCommit[*sql.Tx],
-		ErrNotOpen: pgcore.ErrNotGuardedTx,
-	}
+	return msgtest.Harness(func(t testing.TB) guardtest.Database[*sql.Tx] {
+		tdb, db := newDB(t)
+		return sqlDatabase{url: tdb.URL, driver: driver, db: db}
+	})
 }
 
 func TestContract(t *testing.T) { guardtest.Run(t, Harness("pgx")) }

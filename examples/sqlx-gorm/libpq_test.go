@@ -7,7 +7,7 @@ import (
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
-	"github.com/fencelock/fencelock/internal/pgcore"
+	"github.com/fencelock/fencelock/internal/msgtest"
 	"github.com/fencelock/fencelock/pgfence"
 	"github.com/fencelock/fencelock/sqlfence"
 	"github.com/lib/pq"
@@ -18,17 +18,10 @@ import (
 // guard's store contract on sqlfence over lib/pq (the main module runs it
 // over pgx's driver; lib/pq stays out of its go.mod).
 func TestContractLibPQ(t *testing.T) {
-	guardtest.Run(t, guardtest.Harness[*sql.Tx]{
-		Open: func(t testing.TB) guardtest.Database[*sql.Tx] {
-			url := newDB(t)
-			return sqlDatabase{url: url, db: openDB(t, "postgres", url)}
-		},
-		Run: func(s guard.Store[*sql.Tx], l guard.Lease, key string) guardtest.Runner[*sql.Tx] {
-			return s.(*sqlfence.Store).Run(l, key)
-		},
-		OnCommit:   pgcore.OnCommit[*sql.Tx],
-		ErrNotOpen: pgcore.ErrNotGuardedTx,
-	})
+	guardtest.Run(t, msgtest.Harness(func(t testing.TB) guardtest.Database[*sql.Tx] {
+		url := newDB(t)
+		return sqlDatabase{url: url, db: openDB(t, "postgres", url)}
+	}))
 }
 
 // A stale write through lib/pq, by raw SQL (mapped by sqlfence's or

@@ -323,7 +323,7 @@ func (s *suite[Tx]) newerBeginRefusesOlder(t *testing.T) {
 	s.exec(t, "INSERT INTO "+table+" VALUES ('counter', '0')")
 	older, newer := s.db.NewStore(t), s.db.NewStore(t)
 	bump := func(ctx context.Context, tx Tx) error {
-		return s.db.TxExec(ctx, tx, "UPDATE "+table+" SET writer = (writer::int + 1)::text WHERE sku = 'counter'")
+		return s.db.TxExec(ctx, tx, "UPDATE "+table+" SET writer = CAST(CAST(writer AS bigint) + 1 AS text) WHERE sku = 'counter'")
 	}
 	if _, err := guard.Exec(ctx, older, Lease{res, 1, "a"}, bump); err != nil {
 		t.Fatal(err)
@@ -332,7 +332,7 @@ func (s *suite[Tx]) newerBeginRefusesOlder(t *testing.T) {
 	newerErr := make(chan error, 1)
 	go func() {
 		_, err := guard.Exec(ctx, newer, Lease{res, 2, "b"}, func(ctx context.Context, tx Tx) error {
-			v, err := s.db.TxQueryInt(ctx, tx, "SELECT writer::bigint FROM "+table+" WHERE sku = 'counter'")
+			v, err := s.db.TxQueryInt(ctx, tx, "SELECT CAST(writer AS bigint) FROM "+table+" WHERE sku = 'counter'")
 			close(read)
 			if err != nil {
 				return err
@@ -350,7 +350,7 @@ func (s *suite[Tx]) newerBeginRefusesOlder(t *testing.T) {
 		t.Fatalf("the newer holder: %v", err)
 	}
 	wantStale(t, err, l, 2)
-	if n := s.count(t, "SELECT writer::bigint FROM "+table+" WHERE sku = 'counter'"); n != 2 {
+	if n := s.count(t, "SELECT CAST(writer AS bigint) FROM "+table+" WHERE sku = 'counter'"); n != 2 {
 		t.Errorf("counter = %d, want 2 (an update was lost)", n)
 	}
 }

@@ -10,8 +10,9 @@
 //
 // pgfence (pgx.Tx) and sqlfence (*sql.Tx) run it in their tests; a
 // third-party store runs it the same way, with a [Harness] that tells the
-// suite how to open a database with the fencelock schema, make a store
-// over it, and run a statement in the store's transaction handle:
+// suite how to open a database with the store's schema, make a store over
+// it, run a statement in the store's transaction handle, and read what the
+// store recorded ([Facts]: the suite knows no store's schema):
 //
 //	func TestContract(t *testing.T) {
 //		guardtest.Run(t, guardtest.Harness[*sql.Tx]{
@@ -21,5 +22,8 @@
 //	}
 //
 // The suite asserts what the database holds after each step, through the
-// harness's own connection, never what the store says about itself.
+// harness's own connection, never what the store says about itself. Its
+// own statements (the tables fn writes to, and its rows) are plain SQL with
+// $1-style placeholders and UPDATE … RETURNING; a Database for a dialect
+// without them rewrites them.
 package guardtest

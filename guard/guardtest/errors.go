@@ -18,14 +18,18 @@ import (
 func (s *suite[Tx]) sameErrors(t *testing.T) {
 	ctx := ctxFor(t)
 	t.Run("NotClaimed", func(t *testing.T) {
+		if s.h.Facts.Protect == nil {
+			t.Skip("the store protects no tables (Harness.Facts.Protect is nil)")
+		}
 		store := s.db.NewStore(t)
 		m, ok := store.(guard.ErrorMapper)
 		if !ok {
 			t.Fatalf("%T does not implement guard.ErrorMapper: raw SQL's refusals cannot be told apart", store)
 		}
 		_, table := s.fresh(t)
-		s.exec(t, "CREATE TRIGGER fencelock_protect BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON "+table+
-			" FOR EACH STATEMENT EXECUTE FUNCTION fencelock.protect_guard()")
+		if err := s.h.Facts.Protect(ctx, s.db, table); err != nil {
+			t.Fatalf("Facts.Protect(%s): %v", table, err)
+		}
 		err := s.db.Exec(ctx, "INSERT INTO "+table+" VALUES ('x', 'raw')")
 		if err == nil {
 			t.Fatal("a write to a protected table without a claim was accepted")
@@ -45,8 +49,8 @@ func (s *suite[Tx]) sameErrors(t *testing.T) {
 	})
 	t.Run("SchemaMissing", func(t *testing.T) {
 		db := s.h.Open(t)
-		if err := db.Exec(ctx, "DROP SCHEMA fencelock CASCADE"); err != nil {
-			t.Fatal(err)
+		if err := s.h.Facts.Uninstall(ctx, db); err != nil {
+			t.Fatalf("Facts.Uninstall: %v", err)
 		}
 		store := db.NewStore(t)
 		var ran bool

@@ -2,6 +2,7 @@ package guardtest
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/fencelock/fencelock/guard"
@@ -9,7 +10,7 @@ import (
 
 // Harness is what the suite needs to drive one store implementation.
 type Harness[Tx any] struct {
-	// Open creates a fresh database with the fencelock schema installed,
+	// Open creates a fresh database with the store's schema installed,
 	// dropped when t ends. The suite opens one for most checks and a
 	// second one that it makes read-only.
 	Open func(t testing.TB) Database[Tx]
@@ -28,9 +29,55 @@ type Harness[Tx any] struct {
 	// Exec has ended (errors.Is); required with OnCommit.
 	ErrNotOpen error
 
+	// Facts reads what the store recorded and puts a database in the
+	// states the contract covers, in the store's own terms: the suite
+	// knows nothing of any store's schema. Required.
+	Facts Facts[Tx]
+
 	// Deprecated: set OnCommit and ErrNotOpen. CommitQueue alone no
 	// longer runs the check: the suite fails, naming OnCommit.
 	CommitQueue bool
+}
+
+// Facts is what the suite asks of a store's own records and settings,
+// through db, the Database it is checking (its own connection, never the
+// store's). Every field but Protect is required.
+type Facts[Tx any] struct {
+	// Token returns the newest token the store recorded for resource, 0
+	// for none.
+	Token func(ctx context.Context, db Database[Tx], resource string) (int64, error)
+	// KeyApplied reports whether the store recorded key as applied for
+	// resource.
+	KeyApplied func(ctx context.Context, db Database[Tx], resource, key string) (bool, error)
+	// Fenced counts the resources whose names start with prefix that the
+	// store recorded a token for.
+	Fenced func(ctx context.Context, db Database[Tx], prefix string) (int64, error)
+	// MakeReadOnly makes db refuse writes in every session opened after
+	// it, as a standby or a read-only default does.
+	MakeReadOnly func(ctx context.Context, db Database[Tx]) error
+	// Uninstall removes what the store needs from db, as in a database
+	// never migrated.
+	Uninstall func(ctx context.Context, db Database[Tx]) error
+	// Protect makes table refuse writes from a transaction that neither
+	// checked nor claimed a fence, as the store's guard.ErrNotClaimed
+	// says; nil for a store that protects no tables (the check is then
+	// skipped).
+	Protect func(ctx context.Context, db Database[Tx], table string) error
+}
+
+// missing names the required Facts left nil.
+func (f Facts[Tx]) missing() []string {
+	var out []string
+	for name, set := range map[string]bool{
+		"Token": f.Token != nil, "KeyApplied": f.KeyApplied != nil, "Fenced": f.Fenced != nil,
+		"MakeReadOnly": f.MakeReadOnly != nil, "Uninstall": f.Uninstall != nil,
+	} {
+		if !set {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Database is one test database as the suite sees it.

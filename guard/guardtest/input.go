@@ -26,8 +26,8 @@ func (s *suite[Tx]) readOnly(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on', current_database()); END $$`); err != nil {
-		t.Fatal(err)
+	if err := s.h.Facts.MakeReadOnly(ctx, db); err != nil {
+		t.Fatalf("Facts.MakeReadOnly: %v", err)
 	}
 	store := db.NewStore(t) // new connections: read-only
 	for _, l := range []Lease{{"ro", 1, "a"}, {"ro", 2, "b"}} {
@@ -52,7 +52,7 @@ func (s *suite[Tx]) readOnly(t *testing.T) {
 	if n, err := db.QueryInt(ctx, "SELECT count(*) FROM guardtest_ro"); err != nil || n != 1 {
 		t.Errorf("rows = %d (%v), want the 1 from before", n, err)
 	}
-	if n, err := db.QueryInt(ctx, "SELECT token FROM fencelock.fence WHERE resource = 'ro'"); err != nil || n != 1 {
+	if n, err := s.h.Facts.Token(ctx, db, "ro"); err != nil || n != 1 {
 		t.Errorf("stored token = %d (%v), want 1", n, err)
 	}
 }
@@ -65,7 +65,7 @@ func (s *suite[Tx]) badInput(t *testing.T) {
 	store := s.db.NewStore(t)
 	var ran atomic.Int64
 	fn := s.insert(table, "a", 1, &ran)
-	long := strings.Repeat("x", 3000) // past any btree entry
+	long := strings.Repeat("x", 3000) // past guard.MaxResourceLen
 
 	for _, tc := range []struct {
 		name string
@@ -116,11 +116,11 @@ func (s *suite[Tx]) badInput(t *testing.T) {
 	if n := s.count(t, "SELECT count(*) FROM "+table); n != 0 {
 		t.Errorf("%d rows written on bad input", n)
 	}
-	if n := s.count(t, "SELECT count(*) FROM fencelock.fence WHERE resource LIKE $1", res+"%"); n != 0 {
-		t.Errorf("%d fence rows written on bad input", n)
+	if n, err := s.h.Facts.Fenced(ctx, s.db, res); err != nil || n != 0 {
+		t.Errorf("%d tokens recorded on bad input (%v)", n, err)
 	}
-	if n := s.count(t, "SELECT count(*) FROM fencelock.fence WHERE resource = $1", long); n != 0 {
-		t.Errorf("fence row written for an oversized resource")
+	if tok := s.stored(t, long); tok != 0 {
+		t.Errorf("token %d recorded for an oversized resource", tok)
 	}
 }
 

@@ -26,6 +26,9 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 	if h.Open == nil || h.Run == nil {
 		t.Fatal("guardtest: Harness needs Open and Run")
 	}
+	if missing := h.Facts.missing(); len(missing) > 0 {
+		t.Fatalf("guardtest: Harness.Facts needs %s: how the suite reads the store's records", strings.Join(missing, ", "))
+	}
 	s := &suite[Tx]{h: h}
 	s.db = h.Open(t)
 	for _, c := range []struct {
@@ -105,13 +108,21 @@ func (s *suite[Tx]) rows(t testing.TB, table, writer string) int64 {
 // stored is the token the database holds for resource (0 if none).
 func (s *suite[Tx]) stored(t testing.TB, resource string) int64 {
 	t.Helper()
-	return s.count(t, "SELECT coalesce((SELECT token FROM fencelock.fence WHERE resource = $1), 0)", resource)
+	tok, err := s.h.Facts.Token(ctxFor(t), s.db, resource)
+	if err != nil {
+		t.Fatalf("Facts.Token(%q): %v", resource, err)
+	}
+	return tok
 }
 
 // keyRecorded reports whether key is recorded for resource.
 func (s *suite[Tx]) keyRecorded(t testing.TB, resource, key string) bool {
 	t.Helper()
-	return s.count(t, "SELECT count(*) FROM fencelock.applied WHERE resource = $1 AND key = $2", resource, key) == 1
+	ok, err := s.h.Facts.KeyApplied(ctxFor(t), s.db, resource, key)
+	if err != nil {
+		t.Fatalf("Facts.KeyApplied(%q, %q): %v", resource, key, err)
+	}
+	return ok
 }
 
 // insert returns an fn that writes n rows as writer to table, and counts
