@@ -97,10 +97,12 @@
 // through to its observers ([WithObserver], [Observer]).
 //
 // A relay wakes up when a transaction of its own process that added
-// effects commits, on NOTIFY fencelock_outbox with [WithListen] (effects
-// added with notify; a commit that notifies takes a database-wide lock, so
-// keep that for low rates), and by polling, which is always on and the
-// only mode behind a transaction pooler such as PgBouncer.
+// effects commits (a commit knows no relay, so the package keeps the set
+// of the process's running relays: its one package-level state), on
+// NOTIFY fencelock_outbox with [WithListen] (effects added with notify; a
+// commit that notifies takes a database-wide lock, so keep that for low
+// rates), and by polling, which is always on and the only mode behind a
+// transaction pooler such as PgBouncer.
 //
 // A claim reads indexes only, never the table: unordered rows by due time,
 // ordered rows by a loose scan over the resources that have any (one
