@@ -59,11 +59,7 @@ func TestReacquireBySameHolder(t *testing.T) {
 func TestReacquireAfterLostReply(t *testing.T) {
 	t.Parallel()
 	r := testenv.NewRedisServer(t)
-	p, err := testenv.NewProxy(r.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
+	p, rdb := proxied(t, r.Addr, redis.Options{ContextTimeoutEnabled: true, MaxRetries: -1})
 	ctx := ctxT(t, 30*time.Second)
 	c := newClient(t, r, rdb, fence.WithHolder("job-42"))
 	// Warm the connection and the script cache.

@@ -81,11 +81,7 @@ func TestDoneContextNotAcquired(t *testing.T) {
 func TestReleaseAfterLocalLossReportsIt(t *testing.T) {
 	t.Parallel()
 	r := testenv.NewRedisServer(t)
-	p, err := testenv.NewProxy(r.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
+	p, rdb := proxied(t, r.Addr, redis.Options{ContextTimeoutEnabled: true})
 	ctx := ctxT(t, 30*time.Second)
 	c := newClient(t, r, rdb, fence.WithLease(time.Second))
 	l, err := c.Acquire(ctx, "rl")

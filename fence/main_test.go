@@ -196,3 +196,18 @@ func doneAt(l *fence.Lock) <-chan time.Time {
 	}()
 	return ch
 }
+
+// proxied starts a testenv.Proxy in front of addr and a go-redis client
+// through it, made from opts with Addr set to the proxy's: a test then
+// injects the proxy's faults (cut, blackhole, drop, delay) between fence
+// and the server. Both are closed when t ends.
+func proxied(t testing.TB, addr string, opts redis.Options) (*testenv.Proxy, *redis.Client) {
+	t.Helper()
+	p, err := testenv.NewProxy(addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	opts.Addr = p.Addr
+	rdb := redis.NewClient(&opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return p, rdb
+}

@@ -41,11 +41,7 @@ func TestPubSubFaultIsNotAnOutage(t *testing.T) {
 	t.Parallel()
 	r := testenv.NewRedisServer(t)
 	ctx := ctxT(t, 30*time.Second)
-	p, err := testenv.NewProxy(r.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	ps := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = ps.Close() })
+	p, ps := proxied(t, r.Addr, redis.Options{MaxRetries: -1})
 	var logs syncBuffer
 	c := newClient(t, r, splitPubSub{Client: r.NewClient(nil), ps: ps},
 		fence.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), fence.WithLiveness(time.Second))

@@ -310,11 +310,7 @@ func TestLossSignalledOnPause(t *testing.T) {
 func TestLossSignalledOnBlackhole(t *testing.T) {
 	t.Parallel()
 	r := testenv.NewRedisServer(t)
-	p, err := testenv.NewProxy(r.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
+	p, rdb := proxied(t, r.Addr, redis.Options{ContextTimeoutEnabled: true})
 	lossTest(t, rdb, r, func() error { p.Blackhole(); return nil }, func() error { p.Restore(); return nil })
 }
 
@@ -323,11 +319,7 @@ func TestLossSignalledOnBlackholeDefaultTimeouts(t *testing.T) {
 	// Without ContextTimeoutEnabled the renewal round hangs until the read
 	// timeout (3 s); the loss must be signalled on time all the same.
 	r := testenv.NewRedisServer(t)
-	p, err := testenv.NewProxy(r.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	p, rdb := proxied(t, r.Addr, redis.Options{})
 	lossTest(t, rdb, r, func() error { p.Blackhole(); return nil }, func() error { p.Restore(); return nil })
 }
 
@@ -408,12 +400,8 @@ func TestLossOnRestartWithoutData(t *testing.T) {
 func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
 	t.Parallel()
 	r := testenv.NewRedisServer(t)
-	p, err := testenv.NewProxy(r.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
 	// No go-redis retries: the watchdog's own retries must carry it.
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
+	p, rdb := proxied(t, r.Addr, redis.Options{ContextTimeoutEnabled: true, MaxRetries: -1})
 	ctx := ctxT(t, 2*time.Minute)
 	// The lease leaves round trips the time a loaded machine takes: under
 	// the whole suite and a chaos run beside the package (a load of 10 to
@@ -504,15 +492,11 @@ func TestBlipShorterThanRenewalLosesNothing(t *testing.T) {
 func TestLostRenewalIsRetried(t *testing.T) {
 	t.Parallel()
 	r := testenv.NewRedisServer(t)
-	p, err := testenv.NewProxy(r.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
 	// No read timeout (-1): go-redis's default of 3 s, and the round's
 	// cap of 5 s, would end an attempt sooner at a longer lease; at a
 	// lease under 4.5 s with default options, or with a longer
 	// ReadTimeout, the watchdog's own bound is what ends it.
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
+	p, rdb := proxied(t, r.Addr, redis.Options{ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: -1})
 	ctx := ctxT(t, 2*time.Minute)
 	// The retry has a quarter of the lease, less retryDelay: 2.75 s. Under
 	// the whole suite and make flakes beside it (a load of 10 to 15 on 2
@@ -606,11 +590,7 @@ func TestMaxHold(t *testing.T) {
 func TestNoRenewalReportedAfterLoss(t *testing.T) {
 	t.Parallel()
 	r := testenv.NewRedisServer(t)
-	p, err := testenv.NewProxy(r.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
+	p, rdb := proxied(t, r.Addr, redis.Options{ContextTimeoutEnabled: true})
 	ctx := ctxT(t, 30*time.Second)
 	rec := newRecorder()
 	c := newClient(t, r, rdb, fence.WithLease(6*time.Second), fence.WithObserver(rec))
