@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/guard"
 	"github.com/fencelock/fencelock/guard/guardtest"
@@ -488,4 +489,38 @@ func TestTxClosedAfterExec(t *testing.T) {
 	require.ErrorIs(t, err, pgx.ErrTxClosed)
 	assert.EqualValues(t, 1, rowsBy(t, db.Pool, "x"))
 	assert.EqualValues(t, 0, rowsBy(t, db.Pool, "leaked"))
+}
+
+// execEvents is an observer that keeps the guarded writes reported to
+// it (up to its capacity).
+type execEvents chan guard.ExecEvent
+
+func (o execEvents) OnExec(_ context.Context, e guard.ExecEvent) {
+	select {
+	case o <- e:
+	default:
+	}
+}
+
+// The options that moved to package pgstore keep their pgfence names
+// until v0.3.0, and they are the same options: set for the transaction,
+// reported to, refused alike.
+func TestDeprecatedOptions(t *testing.T) {
+	db := newDB(t)
+	ctx := testCtx(t)
+	obs := make(execEvents, 4)
+	s := newStore(t, db.Pool, pgfence.WithLockTimeout(250*time.Millisecond), pgfence.WithIdleTimeout(time.Minute), pgfence.WithObserver(obs))
+	var lockTimeout, idle string
+	_, err := guard.Exec(ctx, s, guardtest.Lease{Resource: "r", Tok: 1, Who: "a"}, func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout')").Scan(&lockTimeout, &idle)
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "250ms", lockTimeout)
+	assert.Equal(t, "1min", idle)
+	assert.Len(t, obs, 1, "the observer is the store's")
+
+	for _, o := range []pgfence.Option{pgfence.WithLockTimeout(0), pgfence.WithIdleTimeout(0), pgfence.WithObserver(nil)} {
+		_, err := pgfence.New(db.Pool, o)
+		assert.ErrorIs(t, err, guard.ErrInvalidOption)
+	}
 }
