@@ -63,13 +63,7 @@ func Apply(opts ...Option) (Settings, error) {
 // that checks the claim at begin, so it costs no round trip. d must be at
 // least a millisecond. Default: Postgres's lock_timeout setting.
 func WithLockTimeout(d time.Duration) Option {
-	return option(func(s *Settings) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: WithLockTimeout(%v): must be at least 1ms", guard.ErrInvalidOption, d)
-		}
-		s.LockTimeout = d
-		return nil
-	})
+	return timeout("WithLockTimeout", d, func(s *Settings) { s.LockTimeout = d })
 }
 
 // WithIdleTimeout makes Postgres end a guarded transaction's session when
@@ -85,11 +79,17 @@ func WithLockTimeout(d time.Duration) Option {
 // longest pause between two statements of a healthy fn, e.g. the lock's
 // lease. d must be at least a millisecond. Default: off.
 func WithIdleTimeout(d time.Duration) Option {
+	return timeout("WithIdleTimeout", d, func(s *Settings) { s.IdleTimeout = d })
+}
+
+// timeout is the option name(d), which set applies: d is set on the
+// server in milliseconds, so it must be at least one.
+func timeout(name string, d time.Duration, set func(*Settings)) Option {
 	return option(func(s *Settings) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("%w: WithIdleTimeout(%v): must be at least 1ms", guard.ErrInvalidOption, d)
+			return fmt.Errorf("%w: %s(%v): must be at least 1ms", guard.ErrInvalidOption, name, d)
 		}
-		s.IdleTimeout = d
+		set(s)
 		return nil
 	})
 }
