@@ -68,9 +68,9 @@ func Map(err error) error {
 	return err
 }
 
-// wrap is "sentinel: err".
 // MigrateCommand installs the fencelock schema from a shell, anywhere Go
 // is installed (the goose CLI's -dir needs a checkout of the migrations).
 const MigrateCommand = `go run github.com/fencelock/fencelock/cmd/fencectl@latest migrate up --db "$DATABASE_URL"`
 
+// wrap is "sentinel: err".
 func wrap(sentinel, err error) error { return fmt.Errorf("%w: %w", sentinel, err) }
