@@ -63,8 +63,8 @@
 // One exception: a write to a table protected with [Store.Protect] claims
 // right away (its trigger holds the fence lock until the transaction ends),
 // so a holder frozen after such a write delays the next holder's claim
-// until its transaction ends. [WithIdleTimeout] lets the database end such
-// a transaction, [WithLockTimeout] bounds the wait.
+// until its transaction ends. [pgstore.WithIdleTimeout] lets the database
+// end such a transaction, [pgstore.WithLockTimeout] bounds the wait.
 //
 // # Poolers
 //

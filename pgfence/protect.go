@@ -31,9 +31,9 @@ const triggerName = "fencelock_protect"
 // has only checked it so far), so writes to a protected table commit in
 // token order whatever the writer does before COMMIT. The price: a holder
 // frozen after writing to a protected table delays the next holder's
-// claim until its transaction ends (see WithIdleTimeout and
-// WithLockTimeout). Writes to unprotected tables through guard.Exec lock
-// the fence row only while they commit.
+// claim until its transaction ends (see pgstore.WithIdleTimeout and
+// pgstore.WithLockTimeout). Writes to unprotected tables through
+// guard.Exec lock the fence row only while they commit.
 //
 // table is "name" or "schema.name", each part a plain identifier (letters,
 // digits, _ and $, not starting with a digit, at most 63 bytes), matched
