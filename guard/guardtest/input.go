@@ -10,9 +10,9 @@ import (
 	"github.com/fencelock/fencelock/guard"
 )
 
-// A database that does not accept writes (default_transaction_read_only
-// on the database; a hot standby looks the same) gets guard.ErrReadOnly, runs no fn and writes nothing; the store does not
-// override the setting.
+// A database that does not accept writes (made so by Facts.MakeReadOnly,
+// as a standby or a read-only default is) gets guard.ErrReadOnly, runs no
+// fn and writes nothing; the store does not override the setting.
 func (s *suite[Tx]) readOnly(t *testing.T) {
 	db := s.h.Open(t)
 	ctx := ctxFor(t)
