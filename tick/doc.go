@@ -78,6 +78,18 @@
 // wait is over are missed. A tick older than the newest started, not
 // finished, is never run: Superseded.
 //
+// # A job's first tick
+//
+// A job's ledger is empty until its first tick starts, and that tick
+// starts the job's history: the ticks before it are neither run nor
+// counted missed (nothing says the job was scheduled then), and a call
+// for one of them afterwards returns Superseded. Instances that fire the
+// same first tick queue for it as for any other; only an older tick's
+// call that comes after a newer tick started (its instance lagged by
+// more than a period, or lost the lock before it recorded the tick
+// started) finds it superseded. Deleting the ledger's row starts the
+// history again the same way.
+//
 // # Waiting
 //
 // Instances fire a tick at slightly different times (clocks, load, a

@@ -185,6 +185,30 @@ func TestMissedTicksReportedAndSuperseded(t *testing.T) {
 	assert.Len(t, count(t, env, "sync"), 2)
 }
 
+// The first tick started begins a job's history: the ticks before it are
+// not run first, even within their wait, nor counted missed, and an older
+// tick's call that comes after it is superseded.
+func TestFirstTickBeginsHistory(t *testing.T) {
+	env := ticktest.NewEnv(t)
+	ctx := testCtx(t)
+	at := past()
+	a := env.NewInstance(t)
+	wait := tick.WithWait(2 * time.Hour) // the earlier ticks' wait is not over
+	job := ticktest.Job{Instance: "a", Steps: 1}.Func()
+	out, err := a.Runner.Run(ctx, "sync", minute, at.Add(2*time.Minute), job, wait)
+	require.NoError(t, err)
+	assert.Equal(t, tick.Ran, out.Result)
+	assert.Empty(t, out.Earlier, "no tick before the first is run")
+	assert.Zero(t, out.Missed, "no tick before the first is missed")
+	out, err = a.Runner.Run(ctx, "sync", minute, at, job, wait)
+	require.NoError(t, err)
+	assert.Equal(t, tick.Superseded, out.Result)
+	assert.True(t, out.Newest.Equal(at.Add(2*time.Minute)))
+	c := count(t, env, "sync")
+	require.Len(t, c, 1)
+	assert.True(t, c[0].Tick.Equal(at.Add(2*time.Minute)))
+}
+
 // Pruning finished runs does not re-open their ticks: the ledger, never
 // finished, is never pruned.
 func TestPruneDoesNotReopenTicks(t *testing.T) {
