@@ -104,6 +104,8 @@ type Client struct {
 	watches map[string]*watch
 
 	checks serverChecks // see serverchecks.go
+	// relBound bounds the releases (release.go).
+	relBound releaseBound
 	// view keeps a cluster client's calls off stopped nodes
 	// (clusterview.go); nil for other clients.
 	view *clusterView

@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,7 +14,7 @@ import (
 // a [*LostError] or [ErrMaxHold]). It cancels the lock's context first,
 // with [ErrReleased] unless it had already ended. The round trip runs
 // detached from ctx's cancellation (so a cancelled caller still releases)
-// and bounded by 5 s.
+// and bounded by 5 to 6 s (the releases of one second share a deadline).
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		return errNilLock("Release")
@@ -59,14 +60,11 @@ func (l *Lock) releaseCall() scriptCall {
 }
 
 // release runs the release script for l, detached from ctx's
-// cancellation and bounded by releaseTimeout: the lock goes to the first
-// live waiter in the same call, or is deleted.
+// cancellation and bounded by the client's shared release bound (see
+// releaseBound): the lock goes to the first live waiter in the same call,
+// or is deleted.
 func (c *Client) release(ctx context.Context, l *Lock) error {
-	if ctx.Done() != nil { // a context that cannot be cancelled needs no detaching
-		ctx = context.WithoutCancel(ctx)
-	}
-	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
-	defer cancel()
+	ctx = c.relBound.detach(ctx, time.Now())
 	call := l.releaseCall()
 	sent := time.Now()
 	rep, err := parseRelease(c.runScript(ctx, call.scriptOr(c.scripts.release), call.keys, call.args...))
@@ -111,3 +109,62 @@ func (c *Client) releaseOutcome(l *Lock, rep releaseReply, sent time.Time) error
 func notHeld(name string) error {
 	return fmt.Errorf("%w: lock %q expired or has another holder; nothing was deleted", ErrNotHeld, name)
 }
+
+// boundStep is how long the releases of a client share one deadline: a
+// release is bounded by releaseTimeout to releaseTimeout+boundStep.
+const boundStep = time.Second
+
+// releaseBound is the deadline the releases of one boundStep share: a
+// context made once per step (its deadline releaseTimeout+boundStep after
+// it), so that a release makes no timer, context and channel of its own,
+// which were a third of fence's own allocations per acquire+release. An
+// epoch is handed out for boundStep and then left to its timer: the
+// releases that took it keep at least releaseTimeout.
+type releaseBound struct {
+	cur atomic.Pointer[boundEpoch]
+}
+
+type boundEpoch struct {
+	ctx context.Context
+	// cancel is never called: the epoch ends at its deadline, after the
+	// releases that took it.
+	cancel context.CancelFunc
+	until  time.Time // handed out until then
+}
+
+// get returns the epoch of now.
+func (b *releaseBound) get(now time.Time) context.Context {
+	for {
+		e := b.cur.Load()
+		if e != nil && now.Before(e.until) {
+			return e.ctx
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout+boundStep)
+		if b.cur.CompareAndSwap(e, &boundEpoch{ctx: ctx, cancel: cancel, until: now.Add(boundStep)}) {
+			return ctx
+		}
+		cancel() // another release made the epoch: take it
+	}
+}
+
+// detach returns ctx's values with the bound of now instead of ctx's
+// cancellation.
+func (b *releaseBound) detach(ctx context.Context, now time.Time) context.Context {
+	if ctx.Done() != nil {
+		// Without the caller's cancellation, so that context.Cause of the
+		// release's context never reads the caller's.
+		ctx = context.WithoutCancel(ctx)
+	}
+	return detached{values: ctx, bound: b.get(now)}
+}
+
+// detached is a context with the values of one context (trace ids for
+// go-redis's hooks) and the deadline and cancellation of another.
+type detached struct {
+	values, bound context.Context
+}
+
+func (d detached) Deadline() (time.Time, bool) { return d.bound.Deadline() }
+func (d detached) Done() <-chan struct{}       { return d.bound.Done() }
+func (d detached) Err() error                  { return d.bound.Err() }
+func (d detached) Value(key any) any           { return d.values.Value(key) }
