@@ -34,7 +34,7 @@ func TestHarnessQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"rtt", "uncontended", "parallel", "handoff", "handoff2", "fair", "queue", "headkill", "election", "leaderkill", "observe", "contended", "renewal", "guard", "sqlfence", "sync", "tick", "outbox", "cluster"} {
+	for _, name := range []string{"rtt", "uncontended", "parallel", "shapes", "handoff", "handoff2", "fair", "queue", "headkill", "election", "leaderkill", "observe", "contended", "renewal", "guard", "sqlfence", "sync", "tick", "outbox", "cluster"} {
 		s, ok := res.Scenarios[name]
 		if !ok {
 			t.Errorf("scenario %s did not run", name)

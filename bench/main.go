@@ -271,6 +271,7 @@ func run(ctx context.Context, cfg config, pin bool, cpuprofile string, log io.Wr
 		{"rtt", runRTT},
 		{"uncontended", runUncontended},
 		{"parallel", runParallel},
+		{"shapes", runShapes},
 		{"handoff", runHandoff},
 		{"handoff2", runHandoff2},
 		{"fair", runFair},

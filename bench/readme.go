@@ -33,6 +33,7 @@ func readmeResults(r *results) string {
 	fmt.Fprintf(&b, ", %s; %d repetitions.\n\n", pl.GoVersion, r.Config.Reps)
 	printHeadline(&b, r)
 	printFairLock(&b, r)
+	printShapes(&b, r)
 	met, total := 0, 0
 	for _, g := range r.Goals {
 		total++

@@ -173,6 +173,7 @@ func printMarkdown(w io.Writer, r *results) {
 		pl.LoadAvgStart, pl.LoadAvgEnd, pl.RedisVersion, pl.PostgresVer, pl.GoVersion, r.Config.Reps)
 	printHeadline(w, r)
 	printFairLock(w, r)
+	printShapes(w, r)
 	met, total := 0, 0
 	for _, g := range r.Goals {
 		total++

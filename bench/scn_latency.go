@@ -146,78 +146,98 @@ func bestPeerPerRep(byLib map[string][]float64, peers []string, lowerBetter bool
 
 func runParallel(ctx context.Context, e *env, res *results) error {
 	s := res.scenario("parallel")
-	w := e.cfg.ParallelWorkers
-	rates := map[string][]float64{}
-	srvUs := map[string][]float64{}
-	cliUs := map[string][]float64{}
-	// Where the Redis CPU goes, for the libraries that send only scripts:
-	// in the commands the scripts call, in the scripts' own running (the
-	// Lua call: set-up, argument conversion, the replies' conversion),
-	// and outside any command (reading, parsing and answering requests).
-	split := map[string]map[string][]float64{}
-	scriptOnly := map[string]bool{"fence": true, "redislock": true}
+	m, err := measureParallel(ctx, e, e.libs, map[string]bool{"fence": true, "redislock": true})
+	if err != nil {
+		return err
+	}
+	for _, l := range e.libs {
+		m.record(s, l.Name())
+	}
+	parallelRatios(s, m.rates, m.srvUs, m.cliUs, e.peerNames())
+	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition. redis_cpu_us_per_op: Redis server CPU (INFO cpu, user+sys) per acquire+release; client_cpu_us_per_op: the bench process' CPU (getrusage) per acquire+release. Whichever side saturates its core bounds ops/s.", e.cfg.ParallelWorkers, e.cfg.ParallelDur),
+		"Where the Redis CPU goes (libraries that send only scripts, from INFO commandstats): redis_cmds_per_op, the commands the scripts call; redis_in_commands_us_per_op, their time; redis_in_lua_us_per_op, the scripts' time less that (the Lua call itself); redis_outside_commands_us_per_op, the CPU spent outside any command: reading, parsing and answering the requests, the event loop, the expiry of keys.")
+	return nil
+}
+
+// parallelFigures are a parallel measurement's per-repetition figures,
+// by library.
+type parallelFigures struct {
+	rates, srvUs, cliUs map[string][]float64
+	// split: where the Redis CPU goes, for the libraries that send only
+	// scripts.
+	split map[string]map[string][]float64
+}
+
+// measureParallel runs parallelOnce for every library of libs in each
+// repetition (rotated), with the Redis server's and this process' CPU
+// around each, and the split of the Redis CPU for the libraries of
+// scriptOnly: in the commands the scripts call, in the scripts' own
+// running (the Lua call: set-up, argument conversion, the replies'
+// conversion), and outside any command (reading, parsing and answering
+// requests).
+func measureParallel(ctx context.Context, e *env, libs []locker, scriptOnly map[string]bool) (*parallelFigures, error) {
+	m := &parallelFigures{rates: map[string][]float64{}, srvUs: map[string][]float64{}, cliUs: map[string][]float64{}, split: map[string]map[string][]float64{}}
 	for rep := 0; rep < e.cfg.Reps; rep++ {
-		for _, l := range rotated(e.libs, rep) {
+		for _, l := range rotated(libs, rep) {
 			st0, err := commandTimes(ctx, e.ping)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			cpu0, err := serverCPU(ctx, e.ping)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			c0 := cpuTime()
-			r, ops, err := parallelOnce(ctx, l, w, e.cfg.ParallelDur)
+			r, ops, err := parallelOnce(ctx, l, e.cfg.ParallelWorkers, e.cfg.ParallelDur)
 			if err != nil {
-				return fmt.Errorf("%s: %w", l.Name(), err)
+				return nil, fmt.Errorf("%s: %w", l.Name(), err)
 			}
 			c1 := cpuTime()
 			cpu1, err := serverCPU(ctx, e.ping)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			st1, err := commandTimes(ctx, e.ping)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			n := float64(ops)
-			rates[l.Name()] = append(rates[l.Name()], r)
+			m.rates[l.Name()] = append(m.rates[l.Name()], r)
 			srv := 1e6 * (cpu1 - cpu0) / n
-			srvUs[l.Name()] = append(srvUs[l.Name()], srv)
-			cliUs[l.Name()] = append(cliUs[l.Name()], 1e6*(c1-c0)/n)
+			m.srvUs[l.Name()] = append(m.srvUs[l.Name()], srv)
+			m.cliUs[l.Name()] = append(m.cliUs[l.Name()], 1e6*(c1-c0)/n)
 			if scriptOnly[l.Name()] {
 				script, inner, cmds := scriptSplit(st0, st1)
-				m := split[l.Name()]
-				if m == nil {
-					m = map[string][]float64{}
-					split[l.Name()] = m
+				sp := m.split[l.Name()]
+				if sp == nil {
+					sp = map[string][]float64{}
+					m.split[l.Name()] = sp
 				}
-				m["redis_cmds_per_op"] = append(m["redis_cmds_per_op"], float64(cmds)/n)
-				m["redis_in_commands_us_per_op"] = append(m["redis_in_commands_us_per_op"], inner/n)
-				m["redis_in_lua_us_per_op"] = append(m["redis_in_lua_us_per_op"], (script-inner)/n)
-				m["redis_outside_commands_us_per_op"] = append(m["redis_outside_commands_us_per_op"], srv-script/n)
+				sp["redis_cmds_per_op"] = append(sp["redis_cmds_per_op"], float64(cmds)/n)
+				sp["redis_in_commands_us_per_op"] = append(sp["redis_in_commands_us_per_op"], inner/n)
+				sp["redis_in_lua_us_per_op"] = append(sp["redis_in_lua_us_per_op"], (script-inner)/n)
+				sp["redis_outside_commands_us_per_op"] = append(sp["redis_outside_commands_us_per_op"], srv-script/n)
 			}
 			settle()
 		}
 	}
-	for _, l := range e.libs {
-		s.set(l.Name(), "ops_per_s", newFigure("ops/s", rates[l.Name()], nil))
-		s.set(l.Name(), "redis_cpu_us_per_op", newFigure("µs", srvUs[l.Name()], nil))
-		s.set(l.Name(), "client_cpu_us_per_op", newFigure("µs", cliUs[l.Name()], nil))
-		for _, k := range []string{"redis_cmds_per_op", "redis_in_commands_us_per_op", "redis_in_lua_us_per_op", "redis_outside_commands_us_per_op"} {
-			if v, ok := split[l.Name()][k]; ok {
-				unit := "µs"
-				if k == "redis_cmds_per_op" {
-					unit = "commands"
-				}
-				s.set(l.Name(), k, newFigure(unit, v, nil))
+	return m, nil
+}
+
+// record sets lib's figures in s.
+func (m *parallelFigures) record(s *scenario, lib string) {
+	s.set(lib, "ops_per_s", newFigure("ops/s", m.rates[lib], nil))
+	s.set(lib, "redis_cpu_us_per_op", newFigure("µs", m.srvUs[lib], nil))
+	s.set(lib, "client_cpu_us_per_op", newFigure("µs", m.cliUs[lib], nil))
+	for _, k := range []string{"redis_cmds_per_op", "redis_in_commands_us_per_op", "redis_in_lua_us_per_op", "redis_outside_commands_us_per_op"} {
+		if v, ok := m.split[lib][k]; ok {
+			unit := "µs"
+			if k == "redis_cmds_per_op" {
+				unit = "commands"
 			}
+			s.set(lib, k, newFigure(unit, v, nil))
 		}
 	}
-	parallelRatios(s, rates, srvUs, cliUs, e.peerNames())
-	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition. redis_cpu_us_per_op: Redis server CPU (INFO cpu, user+sys) per acquire+release; client_cpu_us_per_op: the bench process' CPU (getrusage) per acquire+release. Whichever side saturates its core bounds ops/s.", w, e.cfg.ParallelDur),
-		"Where the Redis CPU goes (libraries that send only scripts, from INFO commandstats): redis_cmds_per_op, the commands the scripts call; redis_in_commands_us_per_op, their time; redis_in_lua_us_per_op, the scripts' time less that (the Lua call itself); redis_outside_commands_us_per_op, the CPU spent outside any command: reading, parsing and answering the requests, the event loop, the expiry of keys.")
-	return nil
 }
 
 // parallelRatios compares fence with the others of the same repetitions:
