@@ -45,10 +45,10 @@ func evaluateGoals(r *results) {
 	r.issue = issueLock
 	if _, ok := r.Scenarios["uncontended"]; ok {
 		r.addGoal("uncontended", "fence acquire+release ≤ 1.15 × 2×PING (ratio)", ratio("uncontended", "fence/2xPING"), 1.15, true, "")
-		r.addGoal("uncontended", "fence ≤ fastest peer (fence/fastest peer)", ratio("uncontended", "fence/fastest_peer"), 1.0, true, "")
+		r.addGoal("uncontended", "fence ≤ fastest peer (fence/fastest peer)", ratio("uncontended", "fence/fastest_peer"), 1.0, true, strings.TrimPrefix(r.shapesNote("latency"), "; "))
 	}
 	if _, ok := r.Scenarios["parallel"]; ok {
-		r.addGoal("parallel", "ops/s ≥ best peer (fence/best peer)", ratio("parallel", "fence/best_peer"), 1.0, false, "")
+		r.addGoal("parallel", "ops/s ≥ best peer (fence/best peer)", ratio("parallel", "fence/best_peer"), 1.0, false, strings.TrimPrefix(r.shapesNote("ops"), "; "))
 	}
 	if _, ok := r.Scenarios["handoff"]; ok {
 		r.addGoal("handoff", "gap median ≤ 3 × PING (fence gap/PING)", ratio("handoff", "fence/PING"), 3.0, true, "")
@@ -151,8 +151,10 @@ func fairLockGoals(r *results, ratio func(scn, key string) float64, med func(scn
 	}
 	if _, ok := r.Scenarios["parallel"]; ok {
 		n := c.ParallelWorkers
-		r.addGoal("parallel", fmt.Sprintf("Redis CPU per uncontended acquire+release (%d names) ÷ redislock ≤ 1.10 (fence/redislock)", n), ratio("parallel", "redis_cpu fence/redislock"), 1.10, true, "where it goes: the parallel scenario's redis_* columns")
-		r.addGoal("parallel", fmt.Sprintf("client CPU per uncontended acquire+release (%d names) ÷ redislock ≤ 1.00 (fence/redislock)", n), ratio("parallel", "client_cpu fence/redislock"), 1, true, "the bench process' CPU (getrusage) over the window / operations; the workers of both run in it")
+		srvNote := "where it goes: the parallel scenario's redis_* columns" + r.shapesNote("redis_cpu")
+		cliNote := "the bench process' CPU (getrusage) over the window / operations; the workers of both run in it" + r.shapesNote("client_cpu")
+		r.addGoal("parallel", fmt.Sprintf("Redis CPU per uncontended acquire+release (%d names) ÷ redislock ≤ 1.10 (fence/redislock)", n), ratio("parallel", "redis_cpu fence/redislock"), 1.10, true, srvNote)
+		r.addGoal("parallel", fmt.Sprintf("client CPU per uncontended acquire+release (%d names) ÷ redislock ≤ 1.00 (fence/redislock)", n), ratio("parallel", "client_cpu fence/redislock"), 1, true, cliNote)
 	}
 	if s, ok := r.Scenarios["queue"]; ok {
 		r.addGoal("queue", fmt.Sprintf("%d queued waiters: ≤ 200 B of Redis memory per waiter", c.QueueWaiters), med("queue", "fence", "memory_per_waiter_bytes"), 200, true, "INFO used_memory floor, before and with the queue")

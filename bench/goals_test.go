@@ -157,3 +157,28 @@ func fmtMet(m *bool) string {
 	}
 	return strconv.FormatBool(*m)
 }
+
+// With the shapes scenario, the notes of the lock's cost goals give its
+// ratios: fence's and each step's, in the order of shapeSteps.
+func TestGoalNotesGiveShapes(t *testing.T) {
+	r := newResults(quickConfig())
+	parallelRatios(r.scenario("parallel"),
+		map[string][]float64{"fence": {100}, "redislock": {100}},
+		map[string][]float64{"fence": {22}, "redislock": {20}},
+		map[string][]float64{"fence": {22}, "redislock": {20}}, []string{"redislock"})
+	sh := r.scenario("shapes")
+	for i, lib := range []string{"fence", "scripts", "-publish", "-queue", "-clock"} {
+		sh.Ratios["client_cpu "+lib+"/redislock"] = 1.1 - 0.05*float64(i)
+	}
+	evaluateGoals(r)
+	for _, g := range r.Goals {
+		if strings.HasPrefix(g.Goal, "client CPU per uncontended") {
+			want := "÷ redislock in the shapes scenario: fence 1.100, scripts 1.050, -publish 1.000, -queue 0.950, -clock 0.900"
+			if !strings.Contains(g.Note, want) {
+				t.Errorf("client CPU goal's note %q lacks %q", g.Note, want)
+			}
+			return
+		}
+	}
+	t.Fatal("no client CPU goal")
+}

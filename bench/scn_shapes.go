@@ -280,6 +280,22 @@ func printShapes(w io.Writer, r *results) {
 		medianOf(s.get("redislock", "ops_per_s")), medianOf(s.get("redislock", "redis_cpu_us_per_op")), medianOf(s.get("redislock", "client_cpu_us_per_op")))
 }
 
+// shapesNote is what a goal's note says of the shapes scenario for metric
+// (latency, ops, redis_cpu, client_cpu): its ratios to redislock, fence's
+// and each step's (see "What each guarantee costs" in bench/README.md);
+// "" when it did not run.
+func (r *results) shapesNote(metric string) string {
+	sh, ok := r.Scenarios["shapes"]
+	if !ok || sh.Error != "" {
+		return ""
+	}
+	var parts []string
+	for _, st := range shapeSteps {
+		parts = append(parts, st.name+" "+fmtGoal(sh.Ratios[metric+" "+st.name+"/redislock"]))
+	}
+	return "; ÷ redislock in the shapes scenario: fence " + fmtGoal(sh.Ratios[metric+" fence/redislock"]) + ", " + strings.Join(parts, ", ")
+}
+
 func shapeStepNames() string {
 	var parts []string
 	for _, st := range shapeSteps {
