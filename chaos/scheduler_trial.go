@@ -30,8 +30,10 @@ type schedTrial struct {
 	all      []*ticktest.Process
 	allConfs []ticktest.InstanceConfig
 	faults   []string
-	pauses   int
-	kills    int
+	// ready says when the instances started first said ready.
+	ready  []string
+	pauses int
+	kills  int
 }
 
 func (t *schedTrial) run(ctx context.Context, pg *testenv.Postgres) (ticktest.Tally, error) {
@@ -135,6 +137,9 @@ func (t *schedTrial) history(bad []time.Time) {
 		keys = append(keys, tick.Key(b))
 	}
 	fmt.Fprintf(t.cfg.Out, "scheduler trial %d (seed %d): the instances' lines about its bad ticks %s:\n", t.n, t.cfg.Seed, strings.Join(keys, ", "))
+	for _, l := range t.ready {
+		fmt.Fprintf(t.cfg.Out, "  start: %s\n", l)
+	}
 	for _, l := range t.faults {
 		fmt.Fprintf(t.cfg.Out, "  nemesis: %s\n", l)
 	}
@@ -160,6 +165,11 @@ func (t *schedTrial) start(ic ticktest.InstanceConfig) error {
 	}
 	t.procs, t.confs = append(t.procs, p), append(t.confs, ic)
 	t.all, t.allConfs = append(t.all, p), append(t.allConfs, ic)
+	d, rel := time.Since(ic.From).Round(time.Millisecond), "after"
+	if d < 0 {
+		d, rel = -d, "before"
+	}
+	t.ready = append(t.ready, fmt.Sprintf("%s %s ready, %v %s the trial's first tick", time.Now().UTC().Format("05.000"), ic.Name, d, rel))
 	return nil
 }
 
