@@ -71,7 +71,7 @@
 // after a newer one would write older data over newer. A tick is due from
 // its instant until its callers' wait ends (see "Waiting": by default,
 // when the next tick is due). A call that holds the lock for a tick runs
-// first, in order, the ticks before it that no holder started and that
+// first, in order, the ticks between the newest started and its own that
 // are still due by its clock ([Outcome.Earlier]): their own callers may
 // still be queued behind it (a clock ahead, a waiter that was slow to
 // heartbeat and lost its place) and then find them done. The ticks whose
