@@ -159,7 +159,11 @@ func (b *releaseBound) detach(ctx context.Context, now time.Time) context.Contex
 }
 
 // detached is a context with the values of one context (trace ids for
-// go-redis's hooks) and the deadline and cancellation of another.
+// go-redis's hooks) and the deadline and cancellation of another. A key
+// values does not have is bound's: the context package's own, so that a
+// context derived from a detached one (go-redis's dial) joins bound's
+// cancellation directly, without a goroutine of its own, and
+// context.Cause reads bound's cause.
 type detached struct {
 	values, bound context.Context
 }
@@ -167,4 +171,9 @@ type detached struct {
 func (d detached) Deadline() (time.Time, bool) { return d.bound.Deadline() }
 func (d detached) Done() <-chan struct{}       { return d.bound.Done() }
 func (d detached) Err() error                  { return d.bound.Err() }
-func (d detached) Value(key any) any           { return d.values.Value(key) }
+func (d detached) Value(key any) any {
+	if v := d.values.Value(key); v != nil {
+		return v
+	}
+	return d.bound.Value(key)
+}

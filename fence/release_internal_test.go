@@ -60,3 +60,23 @@ func TestReleaseBoundEnds(t *testing.T) {
 	assert.ErrorIs(t, d.Err(), context.DeadlineExceeded)
 	assert.ErrorIs(t, context.Cause(d), context.DeadlineExceeded)
 }
+
+// A context derived from a release's (go-redis derives one to dial) ends
+// with the shared bound, and stays independent of the caller.
+func TestReleaseBoundDerived(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	var b releaseBound
+	b.cur.Store(&boundEpoch{ctx: ctx, cancel: cancel, until: time.Now().Add(time.Hour)})
+	caller, stop := context.WithCancel(context.Background())
+	child, childCancel := context.WithTimeout(b.detach(caller, time.Now()), time.Hour)
+	defer childCancel()
+	stop()
+	assert.NoError(t, child.Err(), "the caller's cancellation does not reach it")
+	select {
+	case <-child.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shared bound's end did not end the derived context")
+	}
+	assert.ErrorIs(t, context.Cause(child), context.DeadlineExceeded)
+}
