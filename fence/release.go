@@ -116,8 +116,8 @@ const boundStep = time.Second
 
 // releaseBound is the deadline the releases of one boundStep share: a
 // context made once per step (its deadline releaseTimeout+boundStep after
-// it), so that a release makes no timer, context and channel of its own,
-// which were a third of fence's own allocations per acquire+release. An
+// it), so that a release makes no timer, context and channel of its own
+// (4 of the 14 allocations fence itself made per acquire+release). An
 // epoch is handed out for boundStep and then left to its timer: the
 // releases that took it keep at least releaseTimeout.
 type releaseBound struct {

@@ -72,11 +72,13 @@ func TestReleaseBoundDerived(t *testing.T) {
 	child, childCancel := context.WithTimeout(b.detach(caller, time.Now()), time.Hour)
 	defer childCancel()
 	stop()
-	assert.NoError(t, child.Err(), "the caller's cancellation does not reach it")
+	// The bound may already have ended on a slow machine: the caller's
+	// cancellation must not show either way.
+	assert.NotErrorIs(t, child.Err(), context.Canceled, "the caller's cancellation does not reach it")
 	select {
 	case <-child.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the shared bound's end did not end the derived context")
 	}
-	assert.ErrorIs(t, context.Cause(child), context.DeadlineExceeded)
+	assert.ErrorIs(t, context.Cause(child), context.DeadlineExceeded, "ended by the bound, not by the caller")
 }
