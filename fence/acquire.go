@@ -77,8 +77,8 @@ func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (
 	// Every attempt, the first too, is bounded by the wait's end: an
 	// attempt that meets an outage (dials retried with backoff) ends with
 	// the wait, not at ctx's later deadline.
-	wctx, cancel := waitContext(ctx, cfg, start)
-	defer cancel()
+	wctx, cancel, shared := c.attemptContext(ctx, cfg, start)
+	defer func() { cancel() }()
 	// Uncontended path: one round trip, no subscription; a held lock
 	// queues the caller in the same round trip. When this client's
 	// subscription of the name is warm (other waiters use it, or it
@@ -108,6 +108,10 @@ func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (
 		c.observeAcquire(ctx, name, holder, start, 0, l, rep, err)
 		return l, err
 	}
+	if shared {
+		// A wait has its own end, exact also for what selects on Done.
+		wctx, cancel = waitContext(ctx, cfg, start)
+	}
 	if w == nil {
 		w = c.newWaiter(name, k, cfg, holder)
 		w.until = waitEnd(ctx, cfg) // formatted only for a wait: the outage warning's
@@ -131,6 +135,23 @@ func waitContext(ctx context.Context, cfg config, start time.Time) (context.Cont
 		return context.WithDeadlineCause(ctx, start.Add(cfg.waitLimit), cfg.waitLimitErr)
 	}
 	return ctx, func() {}
+}
+
+// attemptContext is the context of an Acquire's first attempt: what
+// waitContext returns, or, for a ctx without cancellation (Background, a
+// WithValue of it) and the client's own wait limit, the same end from the
+// client's shared bound (see sharedBound.until), without a timer, context
+// and channel of the call's own. An uncontended Acquire then makes none;
+// a call that goes on to wait makes its wait's context then (shared is
+// true).
+func (c *Client) attemptContext(ctx context.Context, cfg config, start time.Time) (_ context.Context, _ context.CancelFunc, shared bool) {
+	if ctx.Done() == nil && cfg.campaign == nil && c.waitBound.step > 0 && cfg.waitLimit == c.waitBound.d {
+		if _, has := ctx.Deadline(); cfg.waitLimitSet || !has {
+			return c.waitBound.until(ctx, start, start.Add(cfg.waitLimit)), func() {}, true
+		}
+	}
+	wctx, cancel := waitContext(ctx, cfg, start)
+	return wctx, cancel, false
 }
 
 // waitEnd says what ends a wait that waitContext bounds, for the outage
@@ -229,7 +250,7 @@ func ctxEnded(ctx context.Context) bool {
 func notAcquiredCtx(ctx context.Context, name string) error {
 	cause := context.Cause(ctx)
 	if cause == nil { // deadline passed, Done not closed yet
-		cause = context.DeadlineExceeded
+		cause = deadlineCause(ctx)
 	}
 	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, name, cause)
 }
@@ -248,7 +269,8 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 		return err
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	lctx := l.Context()
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	ferr := fn(fctx, l)
 	stop()
 	cancel(nil)
@@ -349,13 +371,9 @@ func (c *Client) adopt(ctx context.Context, name string, k keys, cfg config, val
 	if cfg.campaign != nil {
 		l.elect = cfg.campaign.e
 	}
-	// The lock's context carries ctx's values (trace ids), not its
-	// cancellation; no goroutine: the parent never ends.
-	l.vctx = ctx
-	if ctx.Done() != nil {
-		l.vctx = context.WithoutCancel(ctx)
-	}
-	l.ctx, l.cancel = context.WithCancelCause(l.vctx)
+	// The lock's context, once made, carries ctx's values (trace ids),
+	// not its cancellation.
+	l.acq = ctx
 	l.setDeadlineFrom(start, px)
 	if cfg.maxHold > 0 {
 		l.sched.maxHoldAt = start.Add(cfg.maxHold)
@@ -364,7 +382,7 @@ func (c *Client) adopt(ctx context.Context, name string, k keys, cfg config, val
 	if c.isClosed() {
 		c.mu.Unlock()
 		_ = c.release(ctx, l)
-		l.cancel(ErrClosed)
+		l.end(ErrClosed)
 		return nil, ErrClosed
 	}
 	old := c.locks[k.lock]
@@ -372,7 +390,7 @@ func (c *Client) adopt(ctx context.Context, name string, k keys, cfg config, val
 		// This client's own lock, taken again by its holder id: the same
 		// Lock, its lease restarted (not re-entrancy: one Release ends it).
 		c.mu.Unlock()
-		l.cancel(ErrReleased)
+		l.end(ErrReleased)
 		return old, nil
 	}
 	c.locks[k.lock] = l

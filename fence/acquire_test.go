@@ -37,42 +37,58 @@ func closedPort(t *testing.T) string {
 // so with the last error joined (errors.Is the dial error), and ends
 // within the limit plus one attempt bounded by the wait's own deadline,
 // however long ctx would have allowed. It pins both a stopped server and
-// a port nothing ever listened on.
+// a port nothing ever listened on, and both ways a wait limit is given:
+// as a lock option beside a ctx deadline, and as the client's own with a
+// ctx that has none (the first attempt then takes its end from the
+// client's shared bound).
 func TestAcquireOutageCarriesLastError(t *testing.T) {
 	t.Parallel()
 	stopped := testenv.NewRedisServer(t)
 	addrs := map[string]string{"stopped server": stopped.Addr, "closed port": closedPort(t)}
 	require.NoError(t, stopped.Stop())
+	const limit = time.Second
+	ways := map[string]struct {
+		client []fence.ClientOption
+		lock   []fence.LockOption
+		ctx    func(t *testing.T) context.Context
+	}{
+		"lock option": {lock: []fence.LockOption{fence.WithWaitLimit(limit)},
+			ctx: func(t *testing.T) context.Context { return ctxT(t, 30*time.Second) }},
+		"client option": {client: []fence.ClientOption{fence.WithWaitLimit(limit)},
+			ctx: func(*testing.T) context.Context { return context.Background() }},
+	}
 	for what, addr := range addrs {
-		t.Run(what, func(t *testing.T) {
-			rdb := redis.NewClient(&redis.Options{Addr: addr})
-			t.Cleanup(func() { _ = rdb.Close() })
-			c, err := fence.New(rdb)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = c.Close(context.Background()) })
+		for way, w := range ways {
+			t.Run(what+"/"+way, func(t *testing.T) {
+				t.Parallel()
+				rdb := redis.NewClient(&redis.Options{Addr: addr})
+				t.Cleanup(func() { _ = rdb.Close() })
+				c, err := fence.New(rdb, w.client...)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = c.Close(context.Background()) })
 
-			const limit = time.Second
-			ctx := ctxT(t, 30*time.Second)
-			start := time.Now()
-			l, err := c.Acquire(ctx, "outage", fence.WithWaitLimit(limit))
-			took := time.Since(start)
-			require.Nil(t, l)
-			t.Logf("%v: %v", took, err)
-			assert.ErrorIs(t, err, fence.ErrNotAcquired)
-			assert.ErrorIs(t, err, context.DeadlineExceeded)
-			assert.ErrorIs(t, err, syscall.ECONNREFUSED, "the last transient error is joined")
-			assert.Contains(t, err.Error(), "wait limit 1s reached")
-			assert.Contains(t, err.Error(), "connection refused")
-			assert.GreaterOrEqual(t, took, limit)
-			// The limit plus one attempt cut at the wait's deadline, with
-			// room for a loaded machine; ctx allowed 30 s.
-			assert.Less(t, took, limit+time.Second, "the wait outlived its limit")
+				ctx := w.ctx(t)
+				start := time.Now()
+				l, err := c.Acquire(ctx, "outage", w.lock...)
+				took := time.Since(start)
+				require.Nil(t, l)
+				t.Logf("%v: %v", took, err)
+				assert.ErrorIs(t, err, fence.ErrNotAcquired)
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				assert.ErrorIs(t, err, syscall.ECONNREFUSED, "the last transient error is joined")
+				assert.Contains(t, err.Error(), "wait limit 1s reached")
+				assert.Contains(t, err.Error(), "connection refused")
+				assert.GreaterOrEqual(t, took, limit)
+				// The limit plus one attempt cut at the wait's deadline, with
+				// room for a loaded machine; ctx allowed 30 s or had no end.
+				assert.Less(t, took, limit+time.Second, "the wait outlived its limit")
 
-			// TryAcquire says the same cause, once.
-			_, err = c.TryAcquire(ctx, "outage")
-			assert.ErrorIs(t, err, syscall.ECONNREFUSED)
-			assert.False(t, errors.Is(err, fence.ErrNotAcquired), "an outage is not contention: %v", err)
-		})
+				// TryAcquire says the same cause, once.
+				_, err = c.TryAcquire(ctx, "outage")
+				assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+				assert.False(t, errors.Is(err, fence.ErrNotAcquired), "an outage is not contention: %v", err)
+			})
+		}
 	}
 }
 

@@ -104,8 +104,9 @@ type Client struct {
 	watches map[string]*watch
 
 	checks serverChecks // see serverchecks.go
-	// relBound bounds the releases (release.go).
-	relBound releaseBound
+	// relBound bounds the releases (release.go); waitBound the first
+	// attempts of Acquire calls (Client.attemptContext).
+	relBound, waitBound sharedBound
 	// view keeps a cluster client's calls off stopped nodes
 	// (clusterview.go); nil for other clients.
 	view *clusterView
@@ -131,6 +132,14 @@ func New(rdb RedisClient, opts ...ClientOption) (*Client, error) {
 		scripts: scriptsFor(router != nil),
 		closing: make(chan struct{}), locks: map[string]*Lock{}}
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
+	c.relBound.d, c.relBound.step = releaseTimeout, boundStep
+	// A first attempt ends at most a 64th of the wait limit late on what
+	// selects on Done (a second of the default minute); a limit under
+	// 640 ms gets a context of each call's own.
+	c.waitBound.d, c.waitBound.cause = cfg.waitLimit, cfg.waitLimitErr
+	if step := min(boundStep, cfg.waitLimit/64); step >= minBoundStep {
+		c.waitBound.step = step
+	}
 	c.notify = newNotifier(c)
 	c.wd = newWatchdog(c)
 	c.checkClusterOptions()
@@ -214,7 +223,7 @@ func (c *Client) Close(ctx context.Context) error {
 	for _, l := range c.locks {
 		l.released.Store(true)
 		c.wd.remove(l)
-		l.cancel(ErrClosed)
+		l.end(ErrClosed)
 		// Past its deadline a lock is no longer ours to release (the
 		// server may have given it to someone else already).
 		if l.deadline.Load() > now {

@@ -36,6 +36,15 @@
 // matches [context.DeadlineExceeded]. A ctx that is done before the call
 // sends nothing and fails the same way, for [Client.TryAcquire] too.
 //
+// The first attempt, when ctx cannot be cancelled (Background, values on
+// it) and the limit is the client's, takes its end from a bound the
+// client's calls of a moment share, rather than a timer of its own: it
+// has the limit as its deadline (which dials and, with go-redis's
+// ContextTimeoutEnabled, reads and writes keep to), and what waits on
+// its Done (go-redis's pool, its retries' backoff) ends up to a 64th of
+// the limit later (under a second of the default minute). A client limit
+// under 640 ms is kept exactly.
+//
 // A waiter is in the name's queue in Redis, in arrival order among every
 // process: the attempt that finds the lock held queues the caller in the
 // same round trip. The holder's release hands the lock over in its own

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -33,11 +34,21 @@ type Lock struct {
 	elect *Election
 
 	acquiredAt time.Time
-	vctx       context.Context // the acquiring call's values, never cancelled: observers' ctx
-	ctx        context.Context
-	cancel     context.CancelCauseFunc
-	deadline   atomic.Int64 // unix ns; local conservative validity
-	released   atomic.Bool
+	// acq is the acquiring call's context: its values (trace ids) are the
+	// lock context's and the observers', never its cancellation (see
+	// values).
+	acq      context.Context
+	deadline atomic.Int64 // unix ns; local conservative validity
+	released atomic.Bool
+
+	// endMu guards why the lock ended and its context. The context is
+	// made by the first call that needs it (Context, Done, Do): a lock
+	// nobody watches costs no context, and its end only records the
+	// cause.
+	endMu  sync.Mutex
+	cause  error // nil while held, then the first cause
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 
 	// sched is the watchdog's: its schedule of the lock's renewals, under
 	// watchdog.mu (see lockSched).
@@ -92,7 +103,45 @@ func (l *Lock) Context() context.Context {
 	if l == nil {
 		return nilLockCtx
 	}
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(l.values())
+		if l.cause != nil {
+			l.cancel(l.cause)
+		}
+	}
 	return l.ctx
+}
+
+// values is the acquiring call's context without its cancellation.
+func (l *Lock) values() context.Context {
+	if l.acq.Done() == nil {
+		return l.acq
+	}
+	return context.WithoutCancel(l.acq)
+}
+
+// end records that l ended with cause and cancels its context, if made;
+// false when it had ended already (the first cause stays).
+func (l *Lock) end(cause error) bool {
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	if l.cause != nil {
+		return false
+	}
+	l.cause = cause
+	if l.cancel != nil {
+		l.cancel(cause)
+	}
+	return true
+}
+
+// endCause is why l ended, nil while it is held.
+func (l *Lock) endCause() error {
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	return l.cause
 }
 
 // Done is closed when [Lock.Context] is cancelled.
@@ -102,11 +151,10 @@ func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 // (matching [ErrLockLost]) that says why the lock was lost, [ErrMaxHold],
 // [ErrReleased] or [ErrClosed]. On a nil *Lock it is [ErrNotHeld].
 func (l *Lock) Err() error {
-	ctx := l.Context()
-	if ctx.Err() == nil {
-		return nil
+	if l == nil {
+		return context.Cause(nilLockCtx)
 	}
-	return context.Cause(ctx)
+	return l.endCause()
 }
 
 // Deadline is the local, conservative end of the lock's validity: the start
@@ -212,13 +260,15 @@ func (l *Lock) deadlineLoss() *LostError {
 // publishes none), and tells the observers. The watchdog has unscheduled
 // l already.
 func (c *Client) lost(l *Lock, cause error, now time.Time) {
-	if l.ctx.Err() != nil {
+	if l.endCause() != nil {
 		return
 	}
 	c.forget(l)
-	l.cancel(cause)
+	if !l.end(cause) {
+		return // ended meanwhile
+	}
 	c.notify.poll(l.keys.channel) // a lost lock hands nothing over
-	c.obs.onLoss(l.vctx, LossEvent{Name: l.name, Token: l.token, Held: now.Sub(l.acquiredAt), Err: cause})
+	c.obs.onLoss(l.values(), LossEvent{Name: l.name, Token: l.token, Held: now.Sub(l.acquiredAt), Err: cause})
 }
 
 func (l *Lock) String() string {

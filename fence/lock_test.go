@@ -178,3 +178,64 @@ func TestRefreshEndedLock(t *testing.T) {
 		})
 	}
 }
+
+type traceKey struct{}
+
+// A lock's context is made by the first call that asks for it, and a
+// lock that ended before then hands out a context already cancelled with
+// why it ended: released, lost at its deadline, or closed. It carries
+// the acquiring call's values either way, and never its cancellation.
+func TestContextAfterEnd(t *testing.T) {
+	t.Parallel()
+	r := testenv.NewRedis(t)
+	ctx := context.WithValue(ctxT(t, 30*time.Second), traceKey{}, "trace-1")
+	c := newClient(t, r, nil)
+	ended := func(t *testing.T, l *fence.Lock, want error) {
+		t.Helper()
+		lctx := l.Context()
+		select {
+		case <-lctx.Done():
+		default:
+			t.Fatal("the context of an ended lock is not done")
+		}
+		assert.ErrorIs(t, context.Cause(lctx), want)
+		assert.ErrorIs(t, l.Err(), want)
+		assert.Equal(t, "trace-1", lctx.Value(traceKey{}), "the acquiring call's values")
+		assert.Same(t, lctx, l.Context(), "one context per lock")
+	}
+
+	t.Run("released", func(t *testing.T) {
+		l, err := c.Acquire(ctx, "released")
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		ended(t, l, fence.ErrReleased)
+	})
+	t.Run("lost", func(t *testing.T) {
+		l, err := c.Acquire(ctx, "lost", fence.WithFixedLease(fence.MinLease))
+		require.NoError(t, err)
+		// The watchdog ends it at its deadline; nobody made its context.
+		require.Eventually(t, func() bool { return l.Err() != nil }, 10*time.Second, 5*time.Millisecond)
+		ended(t, l, fence.ErrLockLost)
+		var lost *fence.LostError
+		require.ErrorAs(t, l.Err(), &lost)
+		assert.Equal(t, fence.ReasonLeaseEnded, lost.Reason)
+	})
+	t.Run("closed", func(t *testing.T) {
+		c2 := newClient(t, r, nil)
+		l, err := c2.Acquire(ctx, "closed")
+		require.NoError(t, err)
+		require.NoError(t, c2.Close(ctx))
+		ended(t, l, fence.ErrClosed)
+	})
+	t.Run("made while held", func(t *testing.T) {
+		acq, cancel := context.WithCancel(ctx)
+		l, err := c.Acquire(acq, "held")
+		require.NoError(t, err)
+		lctx := l.Context()
+		cancel()
+		assert.NoError(t, lctx.Err(), "the acquiring call's cancellation does not end the lock")
+		require.NoError(t, l.Release(ctx))
+		<-lctx.Done()
+		assert.ErrorIs(t, context.Cause(lctx), fence.ErrReleased)
+	})
+}

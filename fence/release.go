@@ -3,7 +3,6 @@ package fence
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 )
 
@@ -27,9 +26,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	start := time.Now()
 	l.c.wd.remove(l)
-	l.cancel(ErrReleased) // no effect when already ended: the first cause stays
+	l.end(ErrReleased) // no effect when already ended: the first cause stays
 	var err error
-	switch cause := context.Cause(l.ctx); {
+	switch cause := l.endCause(); {
 	case cause == ErrReleased:
 		err = l.c.release(ctx, l)
 		l.c.forget(l)
@@ -61,7 +60,7 @@ func (l *Lock) releaseCall() scriptCall {
 
 // release runs the release script for l, detached from ctx's
 // cancellation and bounded by the client's shared release bound (see
-// releaseBound): the lock goes to the first live waiter in the same call,
+// sharedBound): the lock goes to the first live waiter in the same call,
 // or is deleted.
 func (c *Client) release(ctx context.Context, l *Lock) error {
 	ctx = c.relBound.detach(ctx, time.Now())
@@ -108,72 +107,4 @@ func (c *Client) releaseOutcome(l *Lock, rep releaseReply, sent time.Time) error
 // no key.
 func notHeld(name string) error {
 	return fmt.Errorf("%w: lock %q expired or has another holder; nothing was deleted", ErrNotHeld, name)
-}
-
-// boundStep is how long the releases of a client share one deadline: a
-// release is bounded by releaseTimeout to releaseTimeout+boundStep.
-const boundStep = time.Second
-
-// releaseBound is the deadline the releases of one boundStep share: a
-// context made once per step (its deadline releaseTimeout+boundStep after
-// it), so that a release makes no timer, context and channel of its own
-// (4 of the 14 allocations fence itself made per acquire+release). An
-// epoch is handed out for boundStep and then left to its timer: the
-// releases that took it keep at least releaseTimeout.
-type releaseBound struct {
-	cur atomic.Pointer[boundEpoch]
-}
-
-type boundEpoch struct {
-	ctx context.Context
-	// cancel is never called: the epoch ends at its deadline, after the
-	// releases that took it.
-	cancel context.CancelFunc
-	until  time.Time // handed out until then
-}
-
-// get returns the epoch of now.
-func (b *releaseBound) get(now time.Time) context.Context {
-	for {
-		e := b.cur.Load()
-		if e != nil && now.Before(e.until) {
-			return e.ctx
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout+boundStep)
-		if b.cur.CompareAndSwap(e, &boundEpoch{ctx: ctx, cancel: cancel, until: now.Add(boundStep)}) {
-			return ctx
-		}
-		cancel() // another release made the epoch: take it
-	}
-}
-
-// detach returns ctx's values with the bound of now instead of ctx's
-// cancellation.
-func (b *releaseBound) detach(ctx context.Context, now time.Time) context.Context {
-	if ctx.Done() != nil {
-		// Without the caller's cancellation, so that context.Cause of the
-		// release's context never reads the caller's.
-		ctx = context.WithoutCancel(ctx)
-	}
-	return detached{values: ctx, bound: b.get(now)}
-}
-
-// detached is a context with the values of one context (trace ids for
-// go-redis's hooks) and the deadline and cancellation of another. A key
-// values does not have is bound's: the context package's own, so that a
-// context derived from a detached one (go-redis's dial) joins bound's
-// cancellation directly, without a goroutine of its own, and
-// context.Cause reads bound's cause.
-type detached struct {
-	values, bound context.Context
-}
-
-func (d detached) Deadline() (time.Time, bool) { return d.bound.Deadline() }
-func (d detached) Done() <-chan struct{}       { return d.bound.Done() }
-func (d detached) Err() error                  { return d.bound.Err() }
-func (d detached) Value(key any) any {
-	if v := d.values.Value(key); v != nil {
-		return v
-	}
-	return d.bound.Value(key)
 }

@@ -4,15 +4,16 @@ import (
 	"container/heap"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Locks. watchdog.mu guards the two heaps, wakeAt, and the part of each
-// scheduled lock and waiter that the watchdog owns: a Lock's lockSched
-// and a waiter's beatSched, which no other code reads or writes (adopt
-// fills a lock's before the lock is scheduled). In the package's lock
+// Locks. watchdog.mu guards the two heaps, wakeAt and the timer, and the
+// part of each scheduled lock and waiter that the watchdog owns: a Lock's
+// lockSched and a waiter's beatSched, which no other code reads or writes
+// (adopt fills a lock's before the lock is scheduled). In the package's lock
 // order (see client.go) it is a leaf: taken with Client.mu held (adopt,
 // Close) or with no mutex held, and nothing under it takes another
 // mutex: a waiter's heartbeat call and answer (beatCall, answered: the
@@ -46,12 +47,16 @@ type watchdog struct {
 	mu   sync.Mutex
 	h    lockHeap
 	wh   waiterHeap    // waiters by their next heartbeat
-	kick chan struct{} // cap 1: a heap's head changed
-	// wakeAt is when the scheduler's timer fires: a lock added with a
-	// later event needs no wake-up, the scheduler looks at the heap again
-	// by then anyway. It keeps an acquire+release from waking the
-	// scheduler goroutine twice.
+	kick chan struct{} // cap 1: look at the heaps now
+	// timer wakes the scheduler at wakeAt, the earliest event it knows
+	// of. Both change under mu only. An added lock or waiter with an
+	// earlier first event moves the timer rather than waking the
+	// scheduler: its first event is a renewal or heartbeat a third of a
+	// lease away, and a lock released before then (most are) costs the
+	// scheduler goroutine nothing.
+	timer  *time.Timer
 	wakeAt time.Time
+	turns  atomic.Int64 // of the scheduler's loop (its tests count them)
 
 	work    chan batch
 	results chan roundResult
@@ -108,7 +113,9 @@ func newWatchdog(c *Client) *watchdog {
 		work:    make(chan batch),
 		results: make(chan roundResult),
 		stop:    make(chan struct{}),
+		timer:   time.NewTimer(time.Hour),
 	}
+	w.wakeAt = time.Now().Add(time.Hour)
 	w.wg.Add(2)
 	go w.schedule()
 	go w.renew()
@@ -148,10 +155,16 @@ func (l *Lock) nextEvent() time.Time {
 func (w *watchdog) add(l *Lock) {
 	w.mu.Lock()
 	heap.Push(&w.h, l)
-	early := l.nextEvent().Before(w.wakeAt)
+	w.wakeByLocked(l.nextEvent())
 	w.mu.Unlock()
-	if early {
-		w.poke()
+}
+
+// wakeByLocked makes the scheduler's timer fire no later than at.
+// Called with w.mu held.
+func (w *watchdog) wakeByLocked(at time.Time) {
+	if at.Before(w.wakeAt) {
+		w.wakeAt = at
+		w.timer.Reset(time.Until(at))
 	}
 }
 
@@ -185,11 +198,8 @@ func (w *watchdog) addWaiter(x *waiter, at time.Time) {
 	w.mu.Lock()
 	x.sched.beatAt = at
 	heap.Push(&w.wh, x)
-	early := at.Before(w.wakeAt)
+	w.wakeByLocked(at)
 	w.mu.Unlock()
-	if early {
-		w.poke()
-	}
 }
 
 // removeWaiter stops x's heartbeats: none is sent after it returns. It
@@ -262,16 +272,16 @@ type loss struct {
 
 func (w *watchdog) schedule() {
 	defer w.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	defer w.timer.Stop()
 	var pending batch // due renewals and heartbeats not yet taken by the renewer
 	var lost []loss
 	for {
+		w.turns.Add(1)
 		now := time.Now()
 		w.mu.Lock()
 		lost = w.takeLocks(now, &pending, lost[:0])
 		w.takeBeats(now, &pending)
-		wait := w.nextWakeLocked(now)
+		w.nextWakeLocked(now)
 		w.mu.Unlock()
 		for _, x := range lost {
 			w.signalLoss(x.l, x.cause, now)
@@ -280,7 +290,6 @@ func (w *watchdog) schedule() {
 		// keep the lost locks (and their keys, contexts and errors) alive
 		// until a later round overwrites them.
 		clear(lost)
-		timer.Reset(wait)
 
 		var work chan batch
 		if pending.size() > 0 {
@@ -291,7 +300,7 @@ func (w *watchdog) schedule() {
 			w.dropBeats(pending.waiters)
 			return
 		case <-w.kick:
-		case <-timer.C:
+		case <-w.timer.C:
 		case work <- pending:
 			pending = batch{}
 		case r := <-w.results:
@@ -350,9 +359,9 @@ func (w *watchdog) takeBeats(now time.Time, pending *batch) {
 }
 
 // nextWakeLocked sets wakeAt to the heaps' earliest event (an hour away
-// when both are empty) and returns the wait until then. Called with w.mu
+// when both are empty), and the timer to fire then. Called with w.mu
 // held.
-func (w *watchdog) nextWakeLocked(now time.Time) time.Duration {
+func (w *watchdog) nextWakeLocked(now time.Time) {
 	w.wakeAt = now.Add(time.Hour)
 	if len(w.h) > 0 {
 		w.wakeAt = w.h[0].nextEvent()
@@ -360,7 +369,7 @@ func (w *watchdog) nextWakeLocked(now time.Time) time.Duration {
 	if len(w.wh) > 0 && w.wh[0].sched.beatAt.Before(w.wakeAt) {
 		w.wakeAt = w.wh[0].sched.beatAt
 	}
-	return time.Until(w.wakeAt)
+	w.timer.Reset(time.Until(w.wakeAt))
 }
 
 func (b batch) size() int { return len(b.locks) + len(b.waiters) }
@@ -406,7 +415,7 @@ func (w *watchdog) apply(r roundResult) {
 	if live != nil {
 		for i, l := range r.locks {
 			if live[i] && (r.errs[i] != nil || r.res[i] == renewOK) {
-				w.c.obs.onRenew(l.vctx, RenewEvent{Name: l.name, Token: l.token, Duration: r.rtt, Deadline: l.Deadline(), Err: r.errs[i]})
+				w.c.obs.onRenew(l.values(), RenewEvent{Name: l.name, Token: l.token, Duration: r.rtt, Deadline: l.Deadline(), Err: r.errs[i]})
 			}
 		}
 	}

@@ -103,3 +103,84 @@ func TestLateHeartbeatExtendsToGrantLeaseOnly(t *testing.T) {
 	}
 	_ = l.Release(ctx)
 }
+
+// An acquisition moves the scheduler's timer to its lock's first renewal
+// instead of waking the scheduler: a lock released before then (most
+// are) costs the scheduler goroutine nothing. Before, every acquisition
+// that found the heap empty woke it, one turn of its loop per
+// acquire+release.
+func TestAcquireDoesNotWakeScheduler(t *testing.T) {
+	t.Parallel()
+	r := testenv.NewRedis(t)
+	ctx := context.Background()
+	c, err := New(r.Client(), WithPrefix(r.Prefix+"fence:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(ctx) })
+	const n = 100
+	before := c.wd.turns.Load()
+	for range n {
+		l, err := c.Acquire(ctx, "quiet")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first lock's renewal is DefaultLease/3 away: no turn is due
+	// within the loop. One is allowed for a turn already under way.
+	if turns := c.wd.turns.Load() - before; turns > 1 {
+		t.Errorf("%d acquire+release woke the scheduler %d times; want at most 1", n, turns)
+	}
+}
+
+// A lock whose first renewal comes before every event the scheduler's
+// timer was set for moves the timer: a short lease acquired beside a long
+// one is renewed on time, with the scheduler asleep until then.
+func TestShortLeaseMovesTimer(t *testing.T) {
+	t.Parallel()
+	r := testenv.NewRedis(t)
+	ctx := context.Background()
+	c, err := New(r.Client(), WithPrefix(r.Prefix+"fence:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(ctx) })
+	long, err := c.Acquire(ctx, "long", WithLease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Release(ctx)
+	// Let the scheduler settle on the long lock's renewal, 20 s away.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.wd.mu.Lock()
+		settled := time.Until(c.wd.wakeAt) > 10*time.Second && len(c.wd.kick) == 0
+		c.wd.mu.Unlock()
+		if settled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the scheduler did not settle on the long lock's renewal")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	const lease = 500 * time.Millisecond
+	short, err := c.Acquire(ctx, "short", WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := short.Deadline()
+	time.Sleep(4 * lease)
+	if err := short.Err(); err != nil {
+		t.Fatalf("the short lock ended: %v", err)
+	}
+	if !short.Deadline().After(first) {
+		t.Error("the short lock was never renewed")
+	}
+	if err := short.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
