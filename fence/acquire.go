@@ -16,7 +16,7 @@ import (
 // holderFor is the holder id of one acquisition call: the configured one,
 // or a random one kept for every attempt of the call (so that an attempt
 // whose reply was lost is taken back by the next).
-func holderFor(cfg config) string {
+func holderFor(cfg *config) string {
 	if cfg.holder != "" {
 		return cfg.holder
 	}
@@ -34,8 +34,8 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 		return nil, err
 	}
 	start := time.Now()
-	holder := holderFor(cfg)
-	l, rep, err := c.attempt(ctx, name, keysFor(cfg.prefix, name), cfg, holder, modeTry)
+	holder := holderFor(&cfg)
+	l, rep, err := c.attempt(ctx, name, keysFor(cfg.prefix, name), &cfg, holder, modeTry, start)
 	switch {
 	case err != nil:
 		err = c.attemptErr(ctx, name, err, nil)
@@ -67,11 +67,11 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 	if err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, name, keysFor(cfg.prefix, name), cfg)
+	return c.acquire(ctx, name, keysFor(cfg.prefix, name), &cfg)
 }
 
 // acquire is Acquire, and a Campaign (cfg.campaign), after validation.
-func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (*Lock, error) {
+func (c *Client) acquire(ctx context.Context, name string, k keys, cfg *config) (*Lock, error) {
 	start := time.Now()
 	holder := holderFor(cfg)
 	// Every attempt, the first too, is bounded by the wait's end: an
@@ -85,14 +85,15 @@ func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (
 	// lingers), the waiter registers first, so that a handover published
 	// right after the attempt reaches it.
 	var w *waiter
+	sent := start // a local time no later than the attempt's
 	warm := c.notify.warm(k.channel)
 	if warm {
 		w = c.newWaiter(name, k, cfg, holder)
 		w.until = waitEnd(ctx, cfg)
 		warm = c.notify.register(w)
+		sent = time.Now()
 	}
-	sent := time.Now()
-	l, rep, err := c.attempt(wctx, name, k, cfg, holder, modeWait)
+	l, rep, err := c.attempt(wctx, name, k, cfg, holder, modeWait, sent)
 	// A transient error (failover, restart) is waited through, like a
 	// held lock.
 	if l != nil || (err != nil && (!transient(err) || ctxEnded(wctx))) {
@@ -127,7 +128,7 @@ func (c *Client) acquire(ctx context.Context, name string, k keys, cfg config) (
 // WithWaitLimit was given: a standby candidate waits for the leader's
 // end, however long the leader lives (a campaign cut off from Redis ends
 // by itself, see waiter.answered).
-func waitContext(ctx context.Context, cfg config, start time.Time) (context.Context, context.CancelFunc) {
+func waitContext(ctx context.Context, cfg *config, start time.Time) (context.Context, context.CancelFunc) {
 	if cfg.campaign != nil && !cfg.waitLimitSet {
 		return ctx, func() {}
 	}
@@ -144,7 +145,7 @@ func waitContext(ctx context.Context, cfg config, start time.Time) (context.Cont
 // and channel of the call's own. An uncontended Acquire then makes none;
 // a call that goes on to wait makes its wait's context then (shared is
 // true).
-func (c *Client) attemptContext(ctx context.Context, cfg config, start time.Time) (_ context.Context, _ context.CancelFunc, shared bool) {
+func (c *Client) attemptContext(ctx context.Context, cfg *config, start time.Time) (_ context.Context, _ context.CancelFunc, shared bool) {
 	if ctx.Done() == nil && cfg.campaign == nil && c.waitBound.step > 0 && cfg.waitLimit == c.waitBound.d {
 		if _, has := ctx.Deadline(); cfg.waitLimitSet || !has {
 			return c.waitBound.until(ctx, start, start.Add(cfg.waitLimit)), func() {}, true
@@ -156,7 +157,7 @@ func (c *Client) attemptContext(ctx context.Context, cfg config, start time.Time
 
 // waitEnd says what ends a wait that waitContext bounds, for the outage
 // warning: a wait through an outage must not read as one without end.
-func waitEnd(ctx context.Context, cfg config) string {
+func waitEnd(ctx context.Context, cfg *config) string {
 	if d, has := ctx.Deadline(); has && !cfg.waitLimitSet {
 		return fmt.Sprintf("its context's deadline (in %v)", time.Until(d).Round(time.Millisecond))
 	}
@@ -289,7 +290,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 
 // acquireArgs are acquire.lua's arguments (see there and queue.lua); a
 // candidate's value follows, except in a heartbeat (the queue has it).
-func acquireArgs(cfg config, holder string, m mode) []any {
+func acquireArgs(cfg *config, holder string, m mode) []any {
 	if cfg.campaign != nil && m != modeBeat {
 		return []any{holder, cfg.leaseArg, cfg.modeArgs[m], cfg.campaign.value}
 	}
@@ -316,13 +317,13 @@ func scriptKeysOf(k keys, cfg *config) []string {
 
 // attempt runs the acquire script once, in mode (modeTry or modeWait).
 // It returns the lock, or the reply saying the lock is held (and, in
-// modeWait, that the caller is queued).
-func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, holder string, m mode) (*Lock, acquireReply, error) {
+// modeWait, that the caller is queued). start is a local time no later
+// than the script's send: the lock's lease counts from it.
+func (c *Client) attempt(ctx context.Context, name string, k keys, cfg *config, holder string, m mode, start time.Time) (*Lock, acquireReply, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireReply{}, unsentError{err} // a done ctx sends nothing
 	}
-	call := scriptCall{keys: scriptKeysOf(k, &cfg), args: acquireArgs(cfg, holder, m)}
-	start := time.Now()
+	call := scriptCall{keys: scriptKeysOf(k, cfg), args: acquireArgs(cfg, holder, m)}
 	var (
 		rep  acquireReply
 		acks int64
@@ -332,7 +333,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 		rep, acks, err = c.acquireAndWait(ctx, call, cfg)
 	} else {
 		var v any
-		v, err = c.runScript(ctx, c.scriptsOf(&cfg).acquire, call.keys, call.args...).Result()
+		v, err = c.runScript(ctx, c.scriptsOf(cfg).acquire, call.keys, call.args...).Result()
 		if err == nil {
 			rep, err = parseAcquire(v)
 		}
@@ -345,7 +346,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 		return nil, rep, nil
 	}
 	if cfg.replicas > 0 && acks < int64(cfg.replicas) {
-		c.releaseValue(ctx, name, k, &cfg, rep.value)
+		c.releaseValue(ctx, name, k, cfg, rep.value)
 		return nil, acquireReply{}, &ReplicaSyncError{Name: name, Want: cfg.replicas, Got: int(acks), Timeout: cfg.replicaTimeout}
 	}
 	l, err := c.adopt(ctx, name, k, cfg, rep.value, start, cfg.lease, rep.reacquired)
@@ -356,7 +357,7 @@ func (c *Client) attempt(ctx context.Context, name string, k keys, cfg config, h
 // server holds for us: its lease px (a handover's may be shorter than
 // cfg.lease until the first renewal) counts from start, a local time no
 // later than when the server set it.
-func (c *Client) adopt(ctx context.Context, name string, k keys, cfg config, value string, start time.Time,
+func (c *Client) adopt(ctx context.Context, name string, k keys, cfg *config, value string, start time.Time,
 	px time.Duration, reacquired bool) (*Lock, error) {
 	tok, err := tokenOf(value)
 	if err != nil {
@@ -366,7 +367,7 @@ func (c *Client) adopt(ctx context.Context, name string, k keys, cfg config, val
 	l := &Lock{c: c, name: name, keys: k, holder: holderOf(value), token: tok,
 		value: value, valueArgs: [1]any{value}, fixed: cfg.fixed, acquiredAt: start,
 		sched: lockSched{lease: cfg.lease, leaseArg: cfg.leaseArg, renewAt: start.Add(px / 3), idx: -1}}
-	l.scriptKeys = scriptKeysOf(k, &cfg)
+	l.scriptKeys = scriptKeysOf(k, cfg)
 	l.keyArgs = l.scriptKeys[:1:1]
 	if cfg.campaign != nil {
 		l.elect = cfg.campaign.e
@@ -407,7 +408,7 @@ func (c *Client) adopt(ctx context.Context, name string, k keys, cfg config, val
 // confirmReplicas renews a handed-over lock (value) and runs WAIT in one
 // pipeline on the key's master, and returns how many replicas have the
 // renewal, hence the handover before it.
-func (c *Client) confirmReplicas(ctx context.Context, key, value string, cfg config) (int64, error) {
+func (c *Client) confirmReplicas(ctx context.Context, key, value string, cfg *config) (int64, error) {
 	var node scripter = c.rdb
 	if c.router != nil {
 		n, err := c.router.MasterForKey(ctx, key)
@@ -443,7 +444,7 @@ func (c *Client) confirmReplicas(ctx context.Context, key, value string, cfg con
 // acquireAndWait runs the acquire script and WAIT in one pipeline on one
 // connection: WAIT counts the replicas that have the writes of its own
 // connection.
-func (c *Client) acquireAndWait(ctx context.Context, call scriptCall, cfg config) (acquireReply, int64, error) {
+func (c *Client) acquireAndWait(ctx context.Context, call scriptCall, cfg *config) (acquireReply, int64, error) {
 	var node scripter = c.rdb
 	if c.router != nil {
 		n, err := c.router.MasterForKey(ctx, call.keys[0])
@@ -456,9 +457,9 @@ func (c *Client) acquireAndWait(ctx context.Context, call scriptCall, cfg config
 		pipe := node.Pipeline()
 		var acq *redis.Cmd
 		if try == 0 {
-			acq = c.scriptsOf(&cfg).acquire.EvalSha(ctx, pipe, call.keys, call.args...)
+			acq = c.scriptsOf(cfg).acquire.EvalSha(ctx, pipe, call.keys, call.args...)
 		} else { // EVAL loads the script without SCRIPT LOAD (see execScripts)
-			acq = c.scriptsOf(&cfg).acquire.Eval(ctx, pipe, call.keys, call.args...)
+			acq = c.scriptsOf(cfg).acquire.Eval(ctx, pipe, call.keys, call.args...)
 		}
 		wait := pipe.Do(ctx, "wait", cfg.replicas, cfg.replicaTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)

@@ -105,7 +105,7 @@ func TestAttemptBound(t *testing.T) {
 	bg := context.WithValue(context.Background(), ctxKey{}, "trace")
 	start := time.Now()
 
-	ctx, cancel, shared := c.attemptContext(bg, c.cfg, start)
+	ctx, cancel, shared := c.attemptContext(bg, &c.cfg, start)
 	defer cancel()
 	require.True(t, shared, "no cancellation, the client's limit: the shared bound")
 	dl, ok := ctx.Deadline()
@@ -116,7 +116,7 @@ func TestAttemptBound(t *testing.T) {
 	bdl, _ := ctx.(detached).bound.Deadline()
 	assert.False(t, bdl.Before(dl), "Done closes no earlier than the deadline")
 	assert.False(t, bdl.After(dl.Add(c.waitBound.step)), "nor more than a step later")
-	again, _, _ := c.attemptContext(bg, c.cfg, start.Add(c.waitBound.step/2))
+	again, _, _ := c.attemptContext(bg, &c.cfg, start.Add(c.waitBound.step/2))
 	assert.Equal(t, ctx.Done(), again.Done(), "the calls of one step share one Done")
 
 	// Past the deadline, before the epoch's end: ended, with the wait
@@ -130,7 +130,7 @@ func TestAttemptBound(t *testing.T) {
 
 	cancellable, stop := context.WithCancel(bg)
 	defer stop()
-	ctx, cancel, shared = c.attemptContext(cancellable, c.cfg, start)
+	ctx, cancel, shared = c.attemptContext(cancellable, &c.cfg, start)
 	defer cancel()
 	assert.False(t, shared, "a ctx that can be cancelled: a context of its own")
 	dl, _ = ctx.Deadline()
@@ -138,23 +138,23 @@ func TestAttemptBound(t *testing.T) {
 
 	cfg, err := c.lockConfig("x", []LockOption{WithWaitLimit(5 * time.Second)})
 	require.NoError(t, err)
-	_, cancel, shared = c.attemptContext(bg, cfg, start)
+	_, cancel, shared = c.attemptContext(bg, &cfg, start)
 	defer cancel()
 	assert.False(t, shared, "another wait limit than the client's")
 
 	withDeadline, stop2 := context.WithTimeout(bg, time.Second)
 	defer stop2()
-	ctx, cancel, shared = c.attemptContext(withDeadline, c.cfg, start)
+	ctx, cancel, shared = c.attemptContext(withDeadline, &c.cfg, start)
 	defer cancel()
 	assert.False(t, shared)
 	assert.Equal(t, withDeadline, ctx, "ctx's deadline bounds it, without WithWaitLimit")
 
 	short := newC(WithWaitLimit(600 * time.Millisecond))
-	_, cancel, shared = short.attemptContext(bg, short.cfg, start)
+	_, cancel, shared = short.attemptContext(bg, &short.cfg, start)
 	defer cancel()
 	assert.False(t, shared, "a step under minBoundStep: a context of its own")
 	limited := newC(WithWaitLimit(time.Second))
-	ctx, cancel, shared = limited.attemptContext(bg, limited.cfg, start)
+	ctx, cancel, shared = limited.attemptContext(bg, &limited.cfg, start)
 	defer cancel()
 	assert.True(t, shared, "the client's own WithWaitLimit")
 	dl, _ = ctx.Deadline()

@@ -120,7 +120,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lock, error) {
 	}
 	cfg := e.cfg
 	cfg.campaign = &campaign{e: e, value: value}
-	return e.c.acquire(ctx, e.name, e.k, cfg)
+	return e.c.acquire(ctx, e.name, e.k, &cfg)
 }
 
 func checkValue(call, name, value string) error {

@@ -176,7 +176,7 @@ func (c *config) applyLock(opts []LockOption) error {
 // finish derives the values made once per config rather than per call.
 func (c *config) finish() error {
 	c.leaseArg = c.lease.Milliseconds()
-	c.modeArgs = modeArgs(c.liveness, grantLease(*c))
+	c.modeArgs = modeArgs(c.liveness, grantLease(c))
 	c.waitLimitErr = waitLimitErr(c.waitLimit)
 	return nil
 }

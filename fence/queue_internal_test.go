@@ -26,7 +26,7 @@ func TestStaleHeartbeatTakesNothing(t *testing.T) {
 	k := keysFor(c.cfg.prefix, "stale")
 	call := func(m mode) acquireReply {
 		t.Helper()
-		v, err := c.scripts.acquire.Run(ctx, c.rdb, k.scriptKeys(), acquireArgs(c.cfg, "gone", m)...).Result()
+		v, err := c.scripts.acquire.Run(ctx, c.rdb, k.scriptKeys(), acquireArgs(&c.cfg, "gone", m)...).Result()
 		require.NoError(t, err)
 		rep, err := parseAcquire(v)
 		require.NoError(t, err)

@@ -43,8 +43,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		// delete.
 		err = ended(l, "ended before Release", cause)
 	}
-	l.c.obs.onRelease(ctx, ReleaseEvent{Name: l.name, Token: l.token, Held: time.Since(l.acquiredAt),
-		Duration: time.Since(start), Err: err})
+	if len(l.c.obs.release) > 0 {
+		l.c.obs.onRelease(ctx, ReleaseEvent{Name: l.name, Token: l.token, Held: time.Since(l.acquiredAt),
+			Duration: time.Since(start), Err: err})
+	}
 	return err
 }
 
@@ -63,9 +65,9 @@ func (l *Lock) releaseCall() scriptCall {
 // sharedBound): the lock goes to the first live waiter in the same call,
 // or is deleted.
 func (c *Client) release(ctx context.Context, l *Lock) error {
-	ctx = c.relBound.detach(ctx, time.Now())
+	sent := time.Now() // before the release, before a handover
+	ctx = c.relBound.detach(ctx, sent)
 	call := l.releaseCall()
-	sent := time.Now()
 	rep, err := parseRelease(c.runScript(ctx, call.scriptOr(c.scripts.release), call.keys, call.args...))
 	if err != nil {
 		c.refreshTopology(err)

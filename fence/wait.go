@@ -80,8 +80,8 @@ const (
 	left
 )
 
-func (c *Client) newWaiter(name string, k keys, cfg config, holder string) *waiter {
-	return &waiter{c: c, name: name, k: k, cfg: cfg, holder: holder, wake: make(chan struct{}, 1),
+func (c *Client) newWaiter(name string, k keys, cfg *config, holder string) *waiter {
+	return &waiter{c: c, name: name, k: k, cfg: *cfg, holder: holder, wake: make(chan struct{}, 1),
 		backoff: minErrorBackoff, sched: beatSched{idx: -1}}
 }
 
@@ -100,7 +100,7 @@ const (
 // renewal: min(lease, liveness), so that a handover to a waiter that died
 // since its last heartbeat costs the others at most a liveness period,
 // not a lease. A fixed lease is given whole: nothing renews it.
-func grantLease(cfg config) time.Duration {
+func grantLease(cfg *config) time.Duration {
 	if cfg.fixed {
 		return cfg.lease
 	}
@@ -207,7 +207,7 @@ func (w *waiter) take(ctx context.Context) (*Lock, error) {
 	c.notify.unregister(w)
 	if w.cfg.replicas > 0 {
 		s := time.Now()
-		if acks, err := c.confirmReplicas(ctx, w.k.lock, value, w.cfg); err != nil || acks < int64(w.cfg.replicas) {
+		if acks, err := c.confirmReplicas(ctx, w.k.lock, value, &w.cfg); err != nil || acks < int64(w.cfg.replicas) {
 			c.releaseValue(ctx, w.name, w.k, &w.cfg, value)
 			if err != nil {
 				return nil, fmt.Errorf("fence: acquire %q: confirm handover: %w", w.name, c.withFix(err))
@@ -216,7 +216,7 @@ func (w *waiter) take(ctx context.Context) (*Lock, error) {
 		}
 		start, px = s, w.cfg.lease
 	}
-	return c.adopt(ctx, w.name, w.k, w.cfg, value, start, px, reacq)
+	return c.adopt(ctx, w.name, w.k, &w.cfg, value, start, px, reacq)
 }
 
 // leaveOrTake ends the wait without the lock, unless a grant arrived
@@ -299,7 +299,7 @@ func (w *waiter) granted(value string, start time.Time, px time.Duration, reacq 
 // handedOver records a handover (a message or this client's own
 // release), whose lease is grantLease, counting from start.
 func (w *waiter) handedOver(value string, start time.Time) {
-	w.granted(value, start, grantLease(w.cfg), false)
+	w.granted(value, start, grantLease(&w.cfg), false)
 }
 
 // grantedAt records a handover message: the handover ran at server time
@@ -363,7 +363,7 @@ func (w *waiter) answered(rep acquireReply, sent time.Time, err error) time.Time
 		// (reacquired) is sure of its grant lease only (see acquire.lua).
 		px := w.cfg.lease
 		if rep.reacquired {
-			px = grantLease(w.cfg)
+			px = grantLease(&w.cfg)
 		}
 		w.granted(rep.value, sent, px, rep.reacquired)
 		return now
@@ -412,7 +412,7 @@ func (w *waiter) beatCall() scriptCall {
 		m = modeWait
 	}
 	w.mu.Unlock()
-	return scriptCall{script: w.c.scriptsOf(&w.cfg).acquire, keys: scriptKeysOf(w.k, &w.cfg), args: acquireArgs(w.cfg, w.holder, m)}
+	return scriptCall{script: w.c.scriptsOf(&w.cfg).acquire, keys: scriptKeysOf(w.k, &w.cfg), args: acquireArgs(&w.cfg, w.holder, m)}
 }
 
 // leaveCall is leave.lua's call for the waiter (nil script: the client's,

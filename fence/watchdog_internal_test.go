@@ -66,7 +66,7 @@ func TestLateHeartbeatExtendsToGrantLeaseOnly(t *testing.T) {
 	}
 	k := keysFor(cfg.prefix, name)
 	// "dying" joins the queue (its first call), as a waiter's Acquire does.
-	if _, rep, err := c.attempt(ctx, name, k, cfg, "dying", modeWait); err != nil || !rep.queued {
+	if _, rep, err := c.attempt(ctx, name, k, &cfg, "dying", modeWait, time.Now()); err != nil || !rep.queued {
 		t.Fatalf("dying did not queue: %v %+v", err, rep)
 	}
 	if err := held.Release(ctx); err != nil {
@@ -83,7 +83,7 @@ func TestLateHeartbeatExtendsToGrantLeaseOnly(t *testing.T) {
 		t.Fatalf("the handover's grant lease: pttl %v, want (0, 1s]", got)
 	}
 	// The late heartbeat finds the handover.
-	l, _, err := c.attempt(ctx, name, k, cfg, "dying", modeBeat)
+	l, _, err := c.attempt(ctx, name, k, &cfg, "dying", modeBeat, time.Now())
 	if err != nil || l == nil {
 		t.Fatalf("the heartbeat found no handover: %v", err)
 	}
@@ -95,7 +95,7 @@ func TestLateHeartbeatExtendsToGrantLeaseOnly(t *testing.T) {
 	if err := r.Client().PExpire(ctx, k.lock, 30*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.attempt(ctx, name, k, cfg, "dying", modeBeat); err != nil {
+	if _, _, err := c.attempt(ctx, name, k, &cfg, "dying", modeBeat, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if got := pttl(); got < 29*time.Second {
