@@ -154,7 +154,7 @@ func runParallel(ctx context.Context, e *env, res *results) error {
 		m.record(s, l.Name())
 	}
 	parallelRatios(s, m.rates, m.srvUs, m.cliUs, e.peerNames())
-	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition. redis_cpu_us_per_op: Redis server CPU (INFO cpu, user+sys) per acquire+release; client_cpu_us_per_op: the bench process' CPU (getrusage) per acquire+release. Whichever side saturates its core bounds ops/s.", e.cfg.ParallelWorkers, e.cfg.ParallelDur),
+	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition (in %d windows taken in turn with the other libraries'). redis_cpu_us_per_op: Redis server CPU (INFO cpu, user+sys) per acquire+release; client_cpu_us_per_op: the bench process' CPU (getrusage) per acquire+release. Whichever side saturates its core bounds ops/s.", e.cfg.ParallelWorkers, e.cfg.ParallelDur, parallelSlices),
 		"Where the Redis CPU goes (libraries that send only scripts, from INFO commandstats): redis_cmds_per_op, the commands the scripts call; redis_in_commands_us_per_op, their time; redis_in_lua_us_per_op, the scripts' time less that (the Lua call itself); redis_outside_commands_us_per_op, the CPU spent outside any command: reading, parsing and answering the requests, the event loop, the expiry of keys.")
 	return nil
 }
@@ -168,57 +168,98 @@ type parallelFigures struct {
 	split map[string]map[string][]float64
 }
 
+// parallelSlices is how many windows each library's time of a
+// repetition is cut into, taken in turn with the other libraries'
+// (rotated each time): a change of the host's speed within a repetition
+// then reaches every library alike, where one window each let a slow
+// second decide a ratio.
+const parallelSlices = 4
+
+// parallelSum is one library's sums over the windows of a repetition.
+type parallelSum struct {
+	ops               int64
+	secs, srv, cli    float64 // elapsed, Redis CPU and this process' CPU, s
+	scriptUs, innerUs float64
+	cmds              int64
+}
+
 // measureParallel runs parallelOnce for every library of libs in each
-// repetition (rotated), with the Redis server's and this process' CPU
-// around each, and the split of the Redis CPU for the libraries of
-// scriptOnly: in the commands the scripts call, in the scripts' own
-// running (the Lua call: set-up, argument conversion, the replies'
-// conversion), and outside any command (reading, parsing and answering
-// requests).
+// repetition, in parallelSlices windows per library taken in turn
+// (rotated), with the Redis server's and this process' CPU around each,
+// and the split of the Redis CPU for the libraries of scriptOnly: in the
+// commands the scripts call, in the scripts' own running (the Lua call:
+// set-up, argument conversion, the replies' conversion), and outside any
+// command (reading, parsing and answering requests).
 func measureParallel(ctx context.Context, e *env, libs []locker, scriptOnly map[string]bool) (*parallelFigures, error) {
 	m := &parallelFigures{rates: map[string][]float64{}, srvUs: map[string][]float64{}, cliUs: map[string][]float64{}, split: map[string]map[string][]float64{}}
+	window := e.cfg.ParallelDur / parallelSlices
 	for rep := 0; rep < e.cfg.Reps; rep++ {
-		for _, l := range rotated(libs, rep) {
-			st0, err := commandTimes(ctx, e.ping)
-			if err != nil {
-				return nil, err
+		sums := map[string]*parallelSum{}
+		for slice := 0; slice < parallelSlices; slice++ {
+			for _, l := range rotated(libs, rep+slice) {
+				st0, err := commandTimes(ctx, e.ping)
+				if err != nil {
+					return nil, err
+				}
+				cpu0, err := serverCPU(ctx, e.ping)
+				if err != nil {
+					return nil, err
+				}
+				c0 := cpuTime()
+				r, ops, err := parallelOnce(ctx, l, e.cfg.ParallelWorkers, window)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", l.Name(), err)
+				}
+				c1 := cpuTime()
+				cpu1, err := serverCPU(ctx, e.ping)
+				if err != nil {
+					return nil, err
+				}
+				st1, err := commandTimes(ctx, e.ping)
+				if err != nil {
+					return nil, err
+				}
+				sum := sums[l.Name()]
+				if sum == nil {
+					sum = &parallelSum{}
+					sums[l.Name()] = sum
+				}
+				sum.ops += ops
+				if r > 0 {
+					sum.secs += float64(ops) / r
+				}
+				sum.srv += cpu1 - cpu0
+				sum.cli += c1 - c0
+				if scriptOnly[l.Name()] {
+					script, inner, cmds := scriptSplit(st0, st1)
+					sum.scriptUs += script
+					sum.innerUs += inner
+					sum.cmds += cmds
+				}
+				settle()
 			}
-			cpu0, err := serverCPU(ctx, e.ping)
-			if err != nil {
-				return nil, err
+		}
+		for _, l := range libs {
+			sum := sums[l.Name()]
+			if sum.ops == 0 || sum.secs == 0 {
+				return nil, fmt.Errorf("%s: no operation in %v", l.Name(), e.cfg.ParallelDur)
 			}
-			c0 := cpuTime()
-			r, ops, err := parallelOnce(ctx, l, e.cfg.ParallelWorkers, e.cfg.ParallelDur)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", l.Name(), err)
-			}
-			c1 := cpuTime()
-			cpu1, err := serverCPU(ctx, e.ping)
-			if err != nil {
-				return nil, err
-			}
-			st1, err := commandTimes(ctx, e.ping)
-			if err != nil {
-				return nil, err
-			}
-			n := float64(ops)
-			m.rates[l.Name()] = append(m.rates[l.Name()], r)
-			srv := 1e6 * (cpu1 - cpu0) / n
+			n := float64(sum.ops)
+			m.rates[l.Name()] = append(m.rates[l.Name()], n/sum.secs)
+			srv := 1e6 * sum.srv / n
 			m.srvUs[l.Name()] = append(m.srvUs[l.Name()], srv)
-			m.cliUs[l.Name()] = append(m.cliUs[l.Name()], 1e6*(c1-c0)/n)
+			m.cliUs[l.Name()] = append(m.cliUs[l.Name()], 1e6*sum.cli/n)
 			if scriptOnly[l.Name()] {
-				script, inner, cmds := scriptSplit(st0, st1)
 				sp := m.split[l.Name()]
 				if sp == nil {
 					sp = map[string][]float64{}
 					m.split[l.Name()] = sp
 				}
-				sp["redis_cmds_per_op"] = append(sp["redis_cmds_per_op"], float64(cmds)/n)
-				sp["redis_in_commands_us_per_op"] = append(sp["redis_in_commands_us_per_op"], inner/n)
-				sp["redis_in_lua_us_per_op"] = append(sp["redis_in_lua_us_per_op"], (script-inner)/n)
-				sp["redis_outside_commands_us_per_op"] = append(sp["redis_outside_commands_us_per_op"], srv-script/n)
+				sp["redis_cmds_per_op"] = append(sp["redis_cmds_per_op"], float64(sum.cmds)/n)
+				sp["redis_in_commands_us_per_op"] = append(sp["redis_in_commands_us_per_op"], sum.innerUs/n)
+				sp["redis_in_lua_us_per_op"] = append(sp["redis_in_lua_us_per_op"], (sum.scriptUs-sum.innerUs)/n)
+				sp["redis_outside_commands_us_per_op"] = append(sp["redis_outside_commands_us_per_op"], srv-sum.scriptUs/n)
 			}
-			settle()
 		}
 	}
 	return m, nil
