@@ -95,13 +95,7 @@ func TestReleaseBoundDerived(t *testing.T) {
 func TestAttemptBound(t *testing.T) {
 	t.Parallel()
 	r := testenv.NewRedis(t)
-	newC := func(opts ...ClientOption) *Client {
-		c, err := New(r.Client(), append([]ClientOption{WithPrefix(r.Prefix + "fence:")}, opts...)...)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close(context.Background()) })
-		return c
-	}
-	c := newC()
+	c := newTestClient(t, r)
 	bg := context.WithValue(context.Background(), ctxKey{}, "trace")
 	start := time.Now()
 
@@ -149,11 +143,11 @@ func TestAttemptBound(t *testing.T) {
 	assert.False(t, shared)
 	assert.Equal(t, withDeadline, ctx, "ctx's deadline bounds it, without WithWaitLimit")
 
-	short := newC(WithWaitLimit(600 * time.Millisecond))
+	short := newTestClient(t, r, WithWaitLimit(600*time.Millisecond))
 	_, cancel, shared = short.attemptContext(bg, &short.cfg, start)
 	defer cancel()
 	assert.False(t, shared, "a step under minBoundStep: a context of its own")
-	limited := newC(WithWaitLimit(time.Second))
+	limited := newTestClient(t, r, WithWaitLimit(time.Second))
 	ctx, cancel, shared = limited.attemptContext(bg, &limited.cfg, start)
 	defer cancel()
 	assert.True(t, shared, "the client's own WithWaitLimit")

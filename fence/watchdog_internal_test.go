@@ -111,13 +111,8 @@ func TestLateHeartbeatExtendsToGrantLeaseOnly(t *testing.T) {
 // acquire+release.
 func TestAcquireDoesNotWakeScheduler(t *testing.T) {
 	t.Parallel()
-	r := testenv.NewRedis(t)
 	ctx := context.Background()
-	c, err := New(r.Client(), WithPrefix(r.Prefix+"fence:"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(ctx) })
+	c := newTestClient(t, testenv.NewRedis(t))
 	const n = 100
 	before := c.wd.turns.Load()
 	for range n {
@@ -141,13 +136,8 @@ func TestAcquireDoesNotWakeScheduler(t *testing.T) {
 // one is renewed on time, with the scheduler asleep until then.
 func TestShortLeaseMovesTimer(t *testing.T) {
 	t.Parallel()
-	r := testenv.NewRedis(t)
 	ctx := context.Background()
-	c, err := New(r.Client(), WithPrefix(r.Prefix+"fence:"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(ctx) })
+	c := newTestClient(t, testenv.NewRedis(t))
 	long, err := c.Acquire(ctx, "long", WithLease(time.Minute))
 	if err != nil {
 		t.Fatal(err)
