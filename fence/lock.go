@@ -36,12 +36,13 @@ type Lock struct {
 	acquiredAt time.Time
 	// acq is the acquiring call's context: its values (trace ids) are the
 	// lock context's and the observers', never its cancellation (see
-	// values).
+	// values; under endMu).
 	acq      context.Context
 	deadline atomic.Int64 // unix ns; local conservative validity
 	released atomic.Bool
 
-	// endMu guards why the lock ended and its context. The context is
+	// endMu guards why the lock ended, its context, and acq once it is
+	// stripped of its cancellation (valuesLocked). The context is
 	// made by the first call that needs it (Context, Done, Do): a lock
 	// nobody watches costs no context, and its end only records the
 	// cause.
@@ -106,7 +107,7 @@ func (l *Lock) Context() context.Context {
 	l.endMu.Lock()
 	defer l.endMu.Unlock()
 	if l.ctx == nil {
-		l.ctx, l.cancel = context.WithCancelCause(l.values())
+		l.ctx, l.cancel = context.WithCancelCause(l.valuesLocked())
 		if l.cause != nil {
 			l.cancel(l.cause)
 		}
@@ -114,12 +115,19 @@ func (l *Lock) Context() context.Context {
 	return l.ctx
 }
 
-// values is the acquiring call's context without its cancellation.
+// values is the acquiring call's context without its cancellation,
+// made once (observers ask at every renewal).
 func (l *Lock) values() context.Context {
-	if l.acq.Done() == nil {
-		return l.acq
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	return l.valuesLocked()
+}
+
+func (l *Lock) valuesLocked() context.Context {
+	if l.acq.Done() != nil {
+		l.acq = context.WithoutCancel(l.acq)
 	}
-	return context.WithoutCancel(l.acq)
+	return l.acq
 }
 
 // end records that l ended with cause and cancels its context, if made;
