@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -295,6 +296,12 @@ func (n *notifier) dispatch(channel, payload string) {
 	n.mu.Unlock()
 	for _, w := range to {
 		w.grantedAt(value, at)
+	}
+	if len(to) > 0 {
+		// The reader yields before it reads again: a waiter woken by the
+		// grant then returns from Acquire before the reader re-arms its
+		// read (on one P, the waiter would otherwise wait for that).
+		runtime.Gosched()
 	}
 }
 
