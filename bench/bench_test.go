@@ -96,8 +96,8 @@ func TestHarnessQuick(t *testing.T) {
 			t.Errorf("fair: no acquisitions/s of %s: %+v", lib, f)
 		}
 	}
-	// Both handoff variants of fence, the floor and its PING.
-	for _, row := range []string{"PING", floorName, "fence"} {
+	// Both handoff variants of fence, the floors and the PING.
+	for _, row := range []string{"PING", floorName, scriptFloorName, "fence"} {
 		for _, m := range []string{gapAtOnce, gapAfterHold} {
 			if f := res.Scenarios["handoff2"].get(row, m); f == nil || f.Median <= 0 {
 				t.Errorf("handoff2: no %s of %s: %+v", m, row, f)

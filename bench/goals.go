@@ -184,7 +184,16 @@ func handoff2Goals(r *results, s *scenario, ratio func(scn, key string) float64)
 		if f == nil || fl == nil || f.Pooled == nil || fl.Pooled == nil {
 			return ""
 		}
-		return fmt.Sprintf("the floor: a PUBLISH from this process received by a subscriber process, %s µs; fence %s µs", fmtNum(fl.Pooled.Median), fmtNum(f.Pooled.Median))
+		note := fmt.Sprintf("the floor: a PUBLISH from this process received by a subscriber process, %s µs; fence %s µs", fmtNum(fl.Pooled.Median), fmtNum(f.Pooled.Median))
+		if sf := s.get(scriptFloorName, m); sf != nil && sf.Pooled != nil {
+			suffix := ""
+			if m == gapAfterHold {
+				suffix = " after hold"
+			}
+			note += fmt.Sprintf("; fence's release.lua handing over from a bare client to the same subscriber %s µs, %s× the PUBLISH floor; fence ÷ that %s", fmtNum(sf.Pooled.Median),
+				fmtNum(s.Ratios["script floor/floor"+suffix]), fmtNum(s.Ratios["fence/script floor"+suffix]))
+		}
+		return note
 	}
 	r.addGoal("handoff2", "handoff (2 processes) ÷ the PUBLISH floor of the same run ≤ 1.15, released at once (fence/floor)", ratio("handoff2", "fence/floor"), 1.15, true, floor(gapAtOnce))
 	r.addGoal("handoff2", fmt.Sprintf("handoff (2 processes) ÷ the PUBLISH floor after the same idle ≤ 1.15, released after a %v hold (fence/floor after hold)", hold), ratio("handoff2", "fence/floor after hold"), 1.15, true, floor(gapAfterHold))

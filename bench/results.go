@@ -456,10 +456,10 @@ func printHandoff2Rows(r *results, val func(scn, lib, metric string) string, lin
 			return val("handoff2", l, m)
 		}
 	}
-	line(fmt.Sprintf("handoff between 2 processes, released once the waiter is queued, µs (PING %s; PUBLISH to another process %s)",
-		val("handoff2", "PING", gapAtOnce), val("handoff2", floorName, gapAtOnce)), gap(gapAtOnce))
-	line(fmt.Sprintf("… released after a %v hold, µs (PING after the same idle %s; PUBLISH %s)", r.Config.HandoffHold,
-		val("handoff2", "PING", gapAfterHold), val("handoff2", floorName, gapAfterHold)), gap(gapAfterHold))
+	line(fmt.Sprintf("handoff between 2 processes, released once the waiter is queued, µs (PING %s; PUBLISH to another process %s; fence's release.lua handing over from a bare client %s)",
+		val("handoff2", "PING", gapAtOnce), val("handoff2", floorName, gapAtOnce), val("handoff2", scriptFloorName, gapAtOnce)), gap(gapAtOnce))
+	line(fmt.Sprintf("… released after a %v hold, µs (PING after the same idle %s; PUBLISH %s; release.lua %s)", r.Config.HandoffHold,
+		val("handoff2", "PING", gapAfterHold), val("handoff2", floorName, gapAfterHold), val("handoff2", scriptFloorName, gapAfterHold)), gap(gapAfterHold))
 	if r.Scenarios["handoff2"].get(etcdWatchRev, gapAtOnce) == nil {
 		return
 	}

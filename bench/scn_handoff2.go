@@ -44,11 +44,12 @@ func (e *env) role(kind, lib string) role {
 }
 
 const (
-	floorName    = "PUBLISH → subscriber"
-	etcdWatchRev = "etcd watch from the Get's revision"
-	etcdWatchNxt = "etcd watch from the next revision"
-	gapAtOnce    = "gap_us"
-	gapAfterHold = "gap_after_hold_us"
+	floorName       = "PUBLISH → subscriber"
+	scriptFloorName = "release.lua handing over → subscriber"
+	etcdWatchRev    = "etcd watch from the Get's revision"
+	etcdWatchNxt    = "etcd watch from the next revision"
+	gapAtOnce       = "gap_us"
+	gapAfterHold    = "gap_after_hold_us"
 )
 
 func runHandoff2(ctx context.Context, e *env, res *results) error {
@@ -62,6 +63,15 @@ func runHandoff2(ctx context.Context, e *env, res *results) error {
 			return err
 		}
 	}
+	// fence has handed over by now: Redis must have the script floor's
+	// release.lua by SHA1, or the bench composed something else.
+	have, err := e.ping.ScriptExists(ctx, h.release.Hash()).Result()
+	if err != nil {
+		return err
+	}
+	if !have[0] {
+		return fmt.Errorf("handoff2: Redis has no script of the composed release.lua after fence handed over: the bench composes it unlike fence/scripts.go; update fenceScriptSources")
+	}
 	h.report(e, res.scenario("handoff2"))
 	return nil
 }
@@ -70,7 +80,8 @@ func runHandoff2(ctx context.Context, e *env, res *results) error {
 // repetition as deployed processes do, and its samples.
 type handoff2 struct {
 	libs     []string
-	sub      *child                  // the floor's subscriber
+	sub      *child                  // the floors' subscriber
+	release  *redis.Script           // fence's release.lua, for the script floor
 	pairs    map[string]*handoffPair // per library
 	watchers [2]*child               // etcd's bare watch: from the Get's revision, from the next
 	repMed   map[string][]float64    // "<row>|<metric>": per repetition
@@ -90,6 +101,11 @@ func startHandoff2(ctx context.Context, e *env) (_ *handoff2, err error) {
 	if h.sub, err = startSubscriber(ctx, e); err != nil {
 		return nil, fmt.Errorf("PUBLISH floor: %w", err)
 	}
+	_, rel, err := fenceScriptSources()
+	if err != nil {
+		return nil, err
+	}
+	h.release = redis.NewScript(rel)
 	for _, lib := range h.libs {
 		p, err := newHandoffPair(ctx, e, lib)
 		if err != nil {
@@ -149,6 +165,11 @@ func (h *handoff2) rep(ctx context.Context, e *env, rep int) error {
 	}
 	h.add(floorName, gapAtOnce, now)
 	h.add(floorName, gapAfterHold, after)
+	if now, after, err = scriptFloor(ctx, e, h.sub, h.release, n, hold); err != nil {
+		return fmt.Errorf("script floor: %w", err)
+	}
+	h.add(scriptFloorName, gapAtOnce, now)
+	h.add(scriptFloorName, gapAfterHold, after)
 	for i := range h.libs {
 		lib := h.libs[(i+rep)%len(h.libs)]
 		g, err := h.pairs[lib].run(ctx, e, n, hold)
@@ -178,7 +199,7 @@ func (h *handoff2) rep(ctx context.Context, e *env, rep int) error {
 func (h *handoff2) report(e *env, s *scenario) {
 	n, hold := e.cfg.HandoffRounds, e.cfg.HandoffHold
 	libs, repMed, pooled, slow, seen := h.libs, h.repMed, h.pooled, h.slow, h.seen
-	rows := append([]string{"PING", floorName}, libs...)
+	rows := append([]string{"PING", floorName, scriptFloorName}, libs...)
 	if e.etcd != nil {
 		rows = append(rows, etcdWatchRev, etcdWatchNxt)
 	}
@@ -194,6 +215,8 @@ func (h *handoff2) report(e *env, s *scenario) {
 		s.Ratios["fence/PING"+v.suffix] = r("fence", "PING", v.m)
 		s.Ratios["floor/PING"+v.suffix] = r(floorName, "PING", v.m)
 		s.Ratios["fence/floor"+v.suffix] = r("fence", floorName, v.m)
+		s.Ratios["script floor/floor"+v.suffix] = r(scriptFloorName, floorName, v.m)
+		s.Ratios["fence/script floor"+v.suffix] = r("fence", scriptFloorName, v.m)
 		if e.etcd != nil {
 			s.Ratios[etcdName+"/fence"+v.suffix] = r(etcdName, "fence", v.m)
 		}
@@ -204,7 +227,8 @@ func (h *handoff2) report(e *env, s *scenario) {
 	}
 	s.Notes = append(s.Notes,
 		fmt.Sprintf("2 processes, one name: this process holds the lock, a waiter process (its own go-redis and lock client, or etcd client) calls Acquire; once the waiter is queued (fence: its WaitObserver fired, it is in the name's queue and subscribed; etcd: its key is under the mutex's prefix and its watch exists on the server) the holder releases, at once (%s) or after %v more (%s); gap = from the start of Release to the waiter's Acquire returning, on the real-time clock both processes read. %d handoffs per library and variant per repetition.", gapAtOnce, hold, gapAfterHold, n),
-		fmt.Sprintf("PING: %s = back-to-back PINGs (hot), %s = one PING after %v without traffic (the same idle as the held lock). %s: the floor of any handover a message carries: a PUBLISH from this process, received by a go-redis subscriber in another process (ReceiveMessage), from the start of PUBLISH to its receipt, after a PING (%s) or after %v idle (%s).", gapAtOnce, gapAfterHold, hold, floorName, gapAtOnce, hold, gapAfterHold))
+		fmt.Sprintf("PING: %s = back-to-back PINGs (hot), %s = one PING after %v without traffic (the same idle as the held lock). %s: the floor of any handover a message carries: a PUBLISH from this process, received by a go-redis subscriber in another process (ReceiveMessage), from the start of PUBLISH to its receipt, after a PING (%s) or after %v idle (%s).", gapAtOnce, gapAfterHold, hold, floorName, gapAtOnce, hold, gapAfterHold),
+		fmt.Sprintf("%s: the floor of fence's handover, the PUBLISH floor plus what Redis does to hand over: this process makes a held lock with one live waiter in its queue (SET, RPUSH, HSET), then runs fence's release.lua (composed as fence/scripts.go composes it, checked by SHA1 against what fence loaded) by EVALSHA from a bare go-redis client; it hands the lock to the waiter, issues its token and publishes the grant to the same subscriber process; timed as the PUBLISH floor. No fence client code runs on either side, so fence ÷ this row is what fence's client adds to a handover, and this row ÷ the PUBLISH floor what the script adds: the token rule (TIME, the counter's SET … GET), the queue's pop (LPOP, HGET, HDEL), the lock's SET, in one call.", scriptFloorName))
 	if e.etcd != nil {
 		s.Notes = append(s.Notes, fmt.Sprintf("etcd: concurrency.Mutex (client go.etcd.io/etcd/client/v3, server %s, one session per locker). Its waiter watches its predecessor's key from the revision its Get read: such a watch starts unsynced, and etcd delivers an unsynced watcher's events only when its sync loop runs (every 100 ms). The two etcd watch rows time a bare watch the same way (a child watches a key, this process deletes it at once): from the Get's revision, as the Mutex does, and from the next revision. In this run the waiter's watch was unsynced when the holder released in %d of %d etcd handoffs (etcd_debugging_mvcc_slow_watcher_total ≥ 1 at the release).", e.etcdVersion(), slow, seen))
 	}
@@ -225,6 +249,60 @@ func idlePings(ctx context.Context, c *redis.Client, n int, hold time.Duration) 
 }
 
 const floorChannel = "bench:floor"
+
+// scriptFloorKeys are the script floor's lock, counter, queue and
+// waiters; the lock's channel (its key and ":ch") is the subscriber's
+// second channel.
+var scriptFloorKeys = []string{floorChannel, floorChannel + ":n", floorChannel + ":q", floorChannel + ":w"}
+
+// scriptFloor times fence's release.lua handing a lock over to a waiter
+// that is only an entry in the queue, from this process (a bare go-redis
+// client) to the subscriber process, after a PING and after hold idle,
+// in µs (see the scenario's notes).
+func scriptFloor(ctx context.Context, e *env, sub *child, release *redis.Script, rounds int, hold time.Duration) (atOnce, afterHold []float64, err error) {
+	const holder, waiter = "1:bench-holder", "bench-waiter"
+	k := scriptFloorKeys
+	defer e.ping.Del(context.WithoutCancel(ctx), k...)
+	// The waiter's deadline (server ms) is an hour away: always live.
+	place := fmt.Sprintf("%d:5000", time.Now().Add(time.Hour).UnixMilli())
+	for _, wait := range []time.Duration{0, hold} {
+		for range rounds {
+			if _, err := e.ping.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, k[0], holder, 0)
+				p.Del(ctx, k[2], k[3])
+				p.RPush(ctx, k[2], waiter)
+				p.HSet(ctx, k[3], waiter, place)
+				return nil
+			}); err != nil {
+				return nil, nil, err
+			}
+			if wait > 0 {
+				time.Sleep(wait)
+			} else if err := e.ping.Ping(ctx).Err(); err != nil {
+				return nil, nil, err
+			}
+			t0 := time.Now().UnixNano()
+			rep, err := release.Run(ctx, e.ping, k, holder).Slice()
+			if err != nil {
+				return nil, nil, err
+			}
+			if len(rep) < 2 || rep[0] != int64(3) {
+				return nil, nil, fmt.Errorf("release.lua did not hand over: %v", rep)
+			}
+			t1, err := sub.expectInt(ctx, "got", 10*time.Second)
+			if err != nil {
+				return nil, nil, err
+			}
+			g := float64(t1-t0) / 1e3
+			if wait > 0 {
+				afterHold = append(afterHold, g)
+			} else {
+				atOnce = append(atOnce, g)
+			}
+		}
+	}
+	return atOnce, afterHold, nil
+}
 
 func startSubscriber(ctx context.Context, e *env) (*child, error) {
 	r := e.role("subscriber", "")
@@ -261,14 +339,17 @@ func publishFloor(ctx context.Context, e *env, sub *child, rounds int, hold time
 	return atOnce, afterHold, nil
 }
 
-// subscriberRole: subscribe, then say "got <unix ns>" for every message.
+// subscriberRole: subscribe to r.Name and to the script floor's lock's
+// channel, then say "got <unix ns>" for every message.
 func subscriberRole(r role, in *bufio.Scanner, out *lineWriter) error {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: r.Redis})
 	defer rdb.Close()
-	ps := rdb.Subscribe(ctx, r.Name)
-	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
-		return fmt.Errorf("subscribe: %w", err)
+	ps := rdb.Subscribe(ctx, r.Name, scriptFloorKeys[0]+":ch")
+	for range 2 {
+		if _, err := ps.Receive(ctx); err != nil { // the subscriptions' confirmations
+			return fmt.Errorf("subscribe: %w", err)
+		}
 	}
 	closed := make(chan struct{})
 	go func() { waitForEOF(in); close(closed); _ = ps.Close() }()
