@@ -190,8 +190,15 @@ func handoff2Goals(r *results, s *scenario, ratio func(scn, key string) float64)
 			if m == gapAfterHold {
 				suffix = " after hold"
 			}
+			redis := redisAtOnce
+			if m == gapAfterHold {
+				redis = redisAfterHold
+			}
 			note += fmt.Sprintf("; fence's release.lua handing over from a bare client to the same subscriber %s µs, %s× the PUBLISH floor; fence ÷ that %s", fmtNum(sf.Pooled.Median),
 				fmtNum(s.Ratios["script floor/floor"+suffix]), fmtNum(s.Ratios["fence/script floor"+suffix]))
+			if rs, rp := s.get(scriptFloorName, redis), s.get(floorName, redis); rs != nil && rp != nil {
+				note += fmt.Sprintf("; Redis time per call (INFO commandstats): release.lua %s µs, PUBLISH %s µs", fmtNum(rs.Median), fmtNum(rp.Median))
+			}
 		}
 		return note
 	}

@@ -50,6 +50,10 @@ const (
 	etcdWatchNxt    = "etcd watch from the next revision"
 	gapAtOnce       = "gap_us"
 	gapAfterHold    = "gap_after_hold_us"
+	// The floors' Redis time per message (INFO commandstats): PUBLISH's,
+	// or release.lua's, inner commands included.
+	redisAtOnce    = "redis_us"
+	redisAfterHold = "redis_after_hold_us"
 )
 
 func runHandoff2(ctx context.Context, e *env, res *results) error {
@@ -159,17 +163,34 @@ func (h *handoff2) rep(ctx context.Context, e *env, rep int) error {
 		return err
 	}
 	h.add("PING", gapAfterHold, idle)
-	now, after, err := publishFloor(ctx, e, h.sub, n, hold)
-	if err != nil {
-		return fmt.Errorf("PUBLISH floor: %w", err)
+	for _, f := range []struct {
+		row, cmd string // the row, and the command whose Redis time it reports
+		run      func(ctx context.Context, e *env, sub *child, rounds int, wait time.Duration) ([]float64, error)
+	}{{floorName, "publish", publishFloor}, {scriptFloorName, "evalsha", h.scriptFloor}} {
+		for _, v := range []struct {
+			gap, redis string
+			wait       time.Duration
+		}{{gapAtOnce, redisAtOnce, 0}, {gapAfterHold, redisAfterHold, hold}} {
+			before, err := commandTimes(ctx, e.ping)
+			if err != nil {
+				return err
+			}
+			gaps, err := f.run(ctx, e, h.sub, n, v.wait)
+			if err != nil {
+				return fmt.Errorf("%s: %w", f.row, err)
+			}
+			after, err := commandTimes(ctx, e.ping)
+			if err != nil {
+				return err
+			}
+			b, a := before[f.cmd], after[f.cmd]
+			if a.calls-b.calls != int64(n) {
+				return fmt.Errorf("%s: INFO commandstats counts %d %s calls, not the %d sent", f.row, a.calls-b.calls, f.cmd, n)
+			}
+			h.add(f.row, v.gap, gaps)
+			h.add(f.row, v.redis, []float64{float64(a.usec-b.usec) / float64(n)})
+		}
 	}
-	h.add(floorName, gapAtOnce, now)
-	h.add(floorName, gapAfterHold, after)
-	if now, after, err = scriptFloor(ctx, e, h.sub, h.release, n, hold); err != nil {
-		return fmt.Errorf("script floor: %w", err)
-	}
-	h.add(scriptFloorName, gapAtOnce, now)
-	h.add(scriptFloorName, gapAfterHold, after)
 	for i := range h.libs {
 		lib := h.libs[(i+rep)%len(h.libs)]
 		g, err := h.pairs[lib].run(ctx, e, n, hold)
@@ -204,7 +225,7 @@ func (h *handoff2) report(e *env, s *scenario) {
 		rows = append(rows, etcdWatchRev, etcdWatchNxt)
 	}
 	for _, row := range rows {
-		for _, m := range []string{gapAtOnce, gapAfterHold} {
+		for _, m := range []string{gapAtOnce, gapAfterHold, redisAtOnce, redisAfterHold} {
 			if v, ok := repMed[row+"|"+m]; ok {
 				s.set(row, m, newFigure("µs", v, pooled[row+"|"+m]))
 			}
@@ -228,7 +249,7 @@ func (h *handoff2) report(e *env, s *scenario) {
 	s.Notes = append(s.Notes,
 		fmt.Sprintf("2 processes, one name: this process holds the lock, a waiter process (its own go-redis and lock client, or etcd client) calls Acquire; once the waiter is queued (fence: its WaitObserver fired, it is in the name's queue and subscribed; etcd: its key is under the mutex's prefix and its watch exists on the server) the holder releases, at once (%s) or after %v more (%s); gap = from the start of Release to the waiter's Acquire returning, on the real-time clock both processes read. %d handoffs per library and variant per repetition.", gapAtOnce, hold, gapAfterHold, n),
 		fmt.Sprintf("PING: %s = back-to-back PINGs (hot), %s = one PING after %v without traffic (the same idle as the held lock). %s: the floor of any handover a message carries: a PUBLISH from this process, received by a go-redis subscriber in another process (ReceiveMessage), from the start of PUBLISH to its receipt, after a PING (%s) or after %v idle (%s).", gapAtOnce, gapAfterHold, hold, floorName, gapAtOnce, hold, gapAfterHold),
-		fmt.Sprintf("%s: the floor of fence's handover, the PUBLISH floor plus what Redis does to hand over: this process makes a held lock with one live waiter in its queue (SET, RPUSH, HSET), then runs fence's release.lua (composed as fence/scripts.go composes it, checked by SHA1 against what fence loaded) by EVALSHA from a bare go-redis client; it hands the lock to the waiter, issues its token and publishes the grant to the same subscriber process; timed as the PUBLISH floor. No fence client code runs on either side, so fence ÷ this row is what fence's client adds to a handover, and this row ÷ the PUBLISH floor what the script adds: the token rule (TIME, the counter's SET … GET), the queue's pop (LPOP, HGET, HDEL), the lock's SET, in one call.", scriptFloorName))
+		fmt.Sprintf("%s: the floor of fence's handover, the PUBLISH floor plus what Redis does to hand over: this process makes a held lock with one live waiter in its queue (SET, RPUSH, HSET), then runs fence's release.lua (composed as fence/scripts.go composes it, checked by SHA1 against what fence loaded) by EVALSHA from a bare go-redis client; it hands the lock to the waiter, issues its token and publishes the grant to the same subscriber process; timed as the PUBLISH floor. No fence client code runs on either side, so fence ÷ this row is what fence's client adds to a handover, and this row ÷ the PUBLISH floor what the script adds: the token rule (TIME, the counter's SET … GET), the queue's pop (LPOP, HGET, HDEL), the lock's SET, in one call. %s and %s: the Redis time per call of the floor's command (PUBLISH; EVALSHA of release.lua, its inner commands included), from INFO commandstats read before and after each variant's %d calls.", scriptFloorName, redisAtOnce, redisAfterHold, n))
 	if e.etcd != nil {
 		s.Notes = append(s.Notes, fmt.Sprintf("etcd: concurrency.Mutex (client go.etcd.io/etcd/client/v3, server %s, one session per locker). Its waiter watches its predecessor's key from the revision its Get read: such a watch starts unsynced, and etcd delivers an unsynced watcher's events only when its sync loop runs (every 100 ms). The two etcd watch rows time a bare watch the same way (a child watches a key, this process deletes it at once): from the Get's revision, as the Mutex does, and from the next revision. In this run the waiter's watch was unsynced when the holder released in %d of %d etcd handoffs (etcd_debugging_mvcc_slow_watcher_total ≥ 1 at the release).", e.etcdVersion(), slow, seen))
 	}
@@ -257,51 +278,46 @@ var scriptFloorKeys = []string{floorChannel, floorChannel + ":n", floorChannel +
 
 // scriptFloor times fence's release.lua handing a lock over to a waiter
 // that is only an entry in the queue, from this process (a bare go-redis
-// client) to the subscriber process, after a PING and after hold idle,
-// in µs (see the scenario's notes).
-func scriptFloor(ctx context.Context, e *env, sub *child, release *redis.Script, rounds int, hold time.Duration) (atOnce, afterHold []float64, err error) {
+// client, by EVALSHA) to the subscriber process, each after a PING (wait
+// 0) or after wait idle, in µs (see the scenario's notes).
+func (h *handoff2) scriptFloor(ctx context.Context, e *env, sub *child, rounds int, wait time.Duration) ([]float64, error) {
 	const holder, waiter = "1:bench-holder", "bench-waiter"
 	k := scriptFloorKeys
 	defer e.ping.Del(context.WithoutCancel(ctx), k...)
+	if err := h.release.Load(ctx, e.ping).Err(); err != nil {
+		return nil, err
+	}
 	// The waiter's deadline (server ms) is an hour away: always live.
 	place := fmt.Sprintf("%d:5000", time.Now().Add(time.Hour).UnixMilli())
-	for _, wait := range []time.Duration{0, hold} {
-		for range rounds {
-			if _, err := e.ping.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.Set(ctx, k[0], holder, 0)
-				p.Del(ctx, k[2], k[3])
-				p.RPush(ctx, k[2], waiter)
-				p.HSet(ctx, k[3], waiter, place)
-				return nil
-			}); err != nil {
-				return nil, nil, err
-			}
-			if wait > 0 {
-				time.Sleep(wait)
-			} else if err := e.ping.Ping(ctx).Err(); err != nil {
-				return nil, nil, err
-			}
-			t0 := time.Now().UnixNano()
-			rep, err := release.Run(ctx, e.ping, k, holder).Slice()
-			if err != nil {
-				return nil, nil, err
-			}
-			if len(rep) < 2 || rep[0] != int64(3) {
-				return nil, nil, fmt.Errorf("release.lua did not hand over: %v", rep)
-			}
-			t1, err := sub.expectInt(ctx, "got", 10*time.Second)
-			if err != nil {
-				return nil, nil, err
-			}
-			g := float64(t1-t0) / 1e3
-			if wait > 0 {
-				afterHold = append(afterHold, g)
-			} else {
-				atOnce = append(atOnce, g)
-			}
+	var gaps []float64
+	for range rounds {
+		if _, err := e.ping.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, k[0], holder, 0)
+			p.Del(ctx, k[2], k[3])
+			p.RPush(ctx, k[2], waiter)
+			p.HSet(ctx, k[3], waiter, place)
+			return nil
+		}); err != nil {
+			return nil, err
 		}
+		if err := idleOrPing(ctx, e, wait); err != nil {
+			return nil, err
+		}
+		t0 := time.Now().UnixNano()
+		rep, err := h.release.EvalSha(ctx, e.ping, k, holder).Slice()
+		if err != nil {
+			return nil, err
+		}
+		if len(rep) < 2 || rep[0] != int64(3) {
+			return nil, fmt.Errorf("release.lua did not hand over: %v", rep)
+		}
+		t1, err := sub.expectInt(ctx, "got", 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		gaps = append(gaps, float64(t1-t0)/1e3)
 	}
-	return atOnce, afterHold, nil
+	return gaps, nil
 }
 
 func startSubscriber(ctx context.Context, e *env) (*child, error) {
@@ -311,32 +327,34 @@ func startSubscriber(ctx context.Context, e *env) (*child, error) {
 }
 
 // publishFloor times PUBLISH from this process to the subscriber process,
-// after a PING and after hold idle, in µs.
-func publishFloor(ctx context.Context, e *env, sub *child, rounds int, hold time.Duration) (atOnce, afterHold []float64, err error) {
-	for _, wait := range []time.Duration{0, hold} {
-		for range rounds {
-			if wait > 0 {
-				time.Sleep(wait)
-			} else if err := e.ping.Ping(ctx).Err(); err != nil {
-				return nil, nil, err
-			}
-			t0 := time.Now().UnixNano()
-			if err := e.ping.Publish(ctx, floorChannel, "x").Err(); err != nil {
-				return nil, nil, err
-			}
-			t1, err := sub.expectInt(ctx, "got", 10*time.Second)
-			if err != nil {
-				return nil, nil, err
-			}
-			g := float64(t1-t0) / 1e3
-			if wait > 0 {
-				afterHold = append(afterHold, g)
-			} else {
-				atOnce = append(atOnce, g)
-			}
+// each after a PING (wait 0) or after wait idle, in µs.
+func publishFloor(ctx context.Context, e *env, sub *child, rounds int, wait time.Duration) ([]float64, error) {
+	var gaps []float64
+	for range rounds {
+		if err := idleOrPing(ctx, e, wait); err != nil {
+			return nil, err
 		}
+		t0 := time.Now().UnixNano()
+		if err := e.ping.Publish(ctx, floorChannel, "x").Err(); err != nil {
+			return nil, err
+		}
+		t1, err := sub.expectInt(ctx, "got", 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		gaps = append(gaps, float64(t1-t0)/1e3)
 	}
-	return atOnce, afterHold, nil
+	return gaps, nil
+}
+
+// idleOrPing is what a floor's message follows: a PING (wait 0), or wait
+// without traffic.
+func idleOrPing(ctx context.Context, e *env, wait time.Duration) error {
+	if wait > 0 {
+		time.Sleep(wait)
+		return nil
+	}
+	return e.ping.Ping(ctx).Err()
 }
 
 // subscriberRole: subscribe to r.Name and to the script floor's lock's
