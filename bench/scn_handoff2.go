@@ -278,8 +278,8 @@ var scriptFloorKeys = []string{floorChannel, floorChannel + ":n", floorChannel +
 
 // scriptFloor times fence's release.lua handing a lock over to a waiter
 // that is only an entry in the queue, from this process (a bare go-redis
-// client, by EVALSHA) to the subscriber process, each after a PING (wait
-// 0) or after wait idle, in µs (see the scenario's notes).
+// client, by EVALSHA) to the subscriber process (see the scenario's
+// notes), as toSubscriber times.
 func (h *handoff2) scriptFloor(ctx context.Context, e *env, sub *child, rounds int, wait time.Duration) ([]float64, error) {
 	const holder, waiter = "1:bench-holder", "bench-waiter"
 	k := scriptFloorKeys
@@ -289,35 +289,23 @@ func (h *handoff2) scriptFloor(ctx context.Context, e *env, sub *child, rounds i
 	}
 	// The waiter's deadline (server ms) is an hour away: always live.
 	place := fmt.Sprintf("%d:5000", time.Now().Add(time.Hour).UnixMilli())
-	var gaps []float64
-	for range rounds {
-		if _, err := e.ping.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	held := func() error {
+		_, err := e.ping.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, k[0], holder, 0)
 			p.Del(ctx, k[2], k[3])
 			p.RPush(ctx, k[2], waiter)
 			p.HSet(ctx, k[3], waiter, place)
 			return nil
-		}); err != nil {
-			return nil, err
-		}
-		if err := idleOrPing(ctx, e, wait); err != nil {
-			return nil, err
-		}
-		t0 := time.Now().UnixNano()
-		rep, err := h.release.EvalSha(ctx, e.ping, k, holder).Slice()
-		if err != nil {
-			return nil, err
-		}
-		if len(rep) < 2 || rep[0] != int64(3) {
-			return nil, fmt.Errorf("release.lua did not hand over: %v", rep)
-		}
-		t1, err := sub.expectInt(ctx, "got", 10*time.Second)
-		if err != nil {
-			return nil, err
-		}
-		gaps = append(gaps, float64(t1-t0)/1e3)
+		})
+		return err
 	}
-	return gaps, nil
+	return toSubscriber(ctx, e, sub, rounds, wait, held, func() error {
+		rep, err := h.release.EvalSha(ctx, e.ping, k, holder).Slice()
+		if err == nil && (len(rep) < 2 || rep[0] != int64(3)) {
+			err = fmt.Errorf("release.lua did not hand over: %v", rep)
+		}
+		return err
+	})
 }
 
 func startSubscriber(ctx context.Context, e *env) (*child, error) {
@@ -327,15 +315,30 @@ func startSubscriber(ctx context.Context, e *env) (*child, error) {
 }
 
 // publishFloor times PUBLISH from this process to the subscriber process,
-// each after a PING (wait 0) or after wait idle, in µs.
+// as toSubscriber times.
 func publishFloor(ctx context.Context, e *env, sub *child, rounds int, wait time.Duration) ([]float64, error) {
+	return toSubscriber(ctx, e, sub, rounds, wait, nil, func() error { return e.ping.Publish(ctx, floorChannel, "x").Err() })
+}
+
+// toSubscriber times rounds messages to the subscriber process, in µs
+// from the start of send to the subscriber's receipt: each round runs
+// prepare (when not nil), then a PING (wait 0) or wait without traffic,
+// then send.
+func toSubscriber(ctx context.Context, e *env, sub *child, rounds int, wait time.Duration, prepare, send func() error) ([]float64, error) {
 	var gaps []float64
 	for range rounds {
-		if err := idleOrPing(ctx, e, wait); err != nil {
+		if prepare != nil {
+			if err := prepare(); err != nil {
+				return nil, err
+			}
+		}
+		if wait > 0 {
+			time.Sleep(wait)
+		} else if err := e.ping.Ping(ctx).Err(); err != nil {
 			return nil, err
 		}
 		t0 := time.Now().UnixNano()
-		if err := e.ping.Publish(ctx, floorChannel, "x").Err(); err != nil {
+		if err := send(); err != nil {
 			return nil, err
 		}
 		t1, err := sub.expectInt(ctx, "got", 10*time.Second)
@@ -345,16 +348,6 @@ func publishFloor(ctx context.Context, e *env, sub *child, rounds int, wait time
 		gaps = append(gaps, float64(t1-t0)/1e3)
 	}
 	return gaps, nil
-}
-
-// idleOrPing is what a floor's message follows: a PING (wait 0), or wait
-// without traffic.
-func idleOrPing(ctx context.Context, e *env, wait time.Duration) error {
-	if wait > 0 {
-		time.Sleep(wait)
-		return nil
-	}
-	return e.ping.Ping(ctx).Err()
 }
 
 // subscriberRole: subscribe to r.Name and to the script floor's lock's
