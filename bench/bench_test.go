@@ -104,6 +104,15 @@ func TestHarnessQuick(t *testing.T) {
 			}
 		}
 	}
+	// Each floor's Redis time per call (Redis counts whole µs per call: a
+	// PUBLISH's may sum to 0 over the quick run's two).
+	for _, row := range []string{floorName, scriptFloorName} {
+		for _, m := range []string{redisAtOnce, redisAfterHold} {
+			if f := res.Scenarios["handoff2"].get(row, m); f == nil || f.Median < 0 {
+				t.Errorf("handoff2: no %s of %s: %+v", m, row, f)
+			}
+		}
+	}
 	for _, g := range res.Goals {
 		if g.Met == nil {
 			t.Errorf("goal %q of %s was not measured", g.Goal, g.Scenario)

@@ -186,13 +186,9 @@ func handoff2Goals(r *results, s *scenario, ratio func(scn, key string) float64)
 		}
 		note := fmt.Sprintf("the floor: a PUBLISH from this process received by a subscriber process, %s µs; fence %s µs", fmtNum(fl.Pooled.Median), fmtNum(f.Pooled.Median))
 		if sf := s.get(scriptFloorName, m); sf != nil && sf.Pooled != nil {
-			suffix := ""
+			suffix, redis := "", redisAtOnce
 			if m == gapAfterHold {
-				suffix = " after hold"
-			}
-			redis := redisAtOnce
-			if m == gapAfterHold {
-				redis = redisAfterHold
+				suffix, redis = " after hold", redisAfterHold
 			}
 			note += fmt.Sprintf("; fence's release.lua handing over from a bare client to the same subscriber %s µs, %s× the PUBLISH floor; fence ÷ that %s", fmtNum(sf.Pooled.Median),
 				fmtNum(s.Ratios["script floor/floor"+suffix]), fmtNum(s.Ratios["fence/script floor"+suffix]))
