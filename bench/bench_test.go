@@ -96,17 +96,26 @@ func TestHarnessQuick(t *testing.T) {
 			t.Errorf("fair: no acquisitions/s of %s: %+v", lib, f)
 		}
 	}
-	// Both handoff variants of fence, the floors and the PING.
-	for _, row := range []string{"PING", floorName, scriptFloorName, "fence"} {
+	// Both handoff variants of fence and the PING (of the floors below).
+	for _, row := range []string{"PING", "fence"} {
 		for _, m := range []string{gapAtOnce, gapAfterHold} {
 			if f := res.Scenarios["handoff2"].get(row, m); f == nil || f.Median <= 0 {
 				t.Errorf("handoff2: no %s of %s: %+v", m, row, f)
 			}
 		}
 	}
-	// Each floor's Redis time per call (Redis counts whole µs per call: a
-	// PUBLISH's may sum to 0 over the quick run's two).
-	for _, row := range []string{floorName, scriptFloorName} {
+	// Each floor's gaps and its Redis time per call (Redis counts whole µs
+	// per call: a PUBLISH's may sum to 0 over the quick run's two).
+	floors := []string{floorName, scriptFloorName}
+	for _, st := range handoverSteps {
+		floors = append(floors, st.row)
+	}
+	for _, row := range floors {
+		for _, m := range []string{gapAtOnce, gapAfterHold} {
+			if f := res.Scenarios["handoff2"].get(row, m); f == nil || f.Median <= 0 {
+				t.Errorf("handoff2: no %s of %s: %+v", m, row, f)
+			}
+		}
 		for _, m := range []string{redisAtOnce, redisAfterHold} {
 			if f := res.Scenarios["handoff2"].get(row, m); f == nil || f.Median < 0 {
 				t.Errorf("handoff2: no %s of %s: %+v", m, row, f)

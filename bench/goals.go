@@ -193,7 +193,16 @@ func handoff2Goals(r *results, s *scenario, ratio func(scn, key string) float64)
 			note += fmt.Sprintf("; fence's release.lua handing over from a bare client to the same subscriber %s µs, %s× the PUBLISH floor; fence ÷ that %s", fmtNum(sf.Pooled.Median),
 				fmtNum(s.Ratios["script floor/floor"+suffix]), fmtNum(s.Ratios["fence/script floor"+suffix]))
 			if rs, rp := s.get(scriptFloorName, redis), s.get(floorName, redis); rs != nil && rp != nil {
-				note += fmt.Sprintf("; Redis time per call (INFO commandstats): release.lua %s µs, PUBLISH %s µs", fmtNum(rs.Median), fmtNum(rp.Median))
+				note += fmt.Sprintf("; Redis time per call (INFO commandstats): release.lua %s µs", fmtNum(rs.Median))
+				for _, st := range handoverSteps {
+					if f := s.get(st.row, redis); f != nil {
+						note += fmt.Sprintf(", %s %s", strings.TrimPrefix(st.row, "release.lua "), fmtNum(f.Median))
+					}
+				}
+				note += fmt.Sprintf(", PUBLISH %s µs", fmtNum(rp.Median))
+			}
+			if f := s.get(bareName, m); f != nil && f.Pooled != nil {
+				note += fmt.Sprintf("; a handover with no guarantee beyond ownership and order (%s: GET, LPOP, SET, PUBLISH) %s× the PUBLISH floor", bareName, fmtNum(s.Ratios[bareName+"/floor"+suffix]))
 			}
 		}
 		return note

@@ -46,6 +46,10 @@ func (e *env) role(kind, lib string) role {
 const (
 	floorName       = "PUBLISH → subscriber"
 	scriptFloorName = "release.lua handing over → subscriber"
+	noTokenName     = "release.lua -token"
+	noLivenessName  = "release.lua -token -liveness"
+	noTimeName      = "release.lua -token -liveness -time"
+	bareName        = "a bare handover script"
 	etcdWatchRev    = "etcd watch from the Get's revision"
 	etcdWatchNxt    = "etcd watch from the next revision"
 	gapAtOnce       = "gap_us"
@@ -86,6 +90,7 @@ type handoff2 struct {
 	libs     []string
 	sub      *child                  // the floors' subscriber
 	release  *redis.Script           // fence's release.lua, for the script floor
+	steps    []*redis.Script         // release.lua with handoverSteps' edits, one per step
 	pairs    map[string]*handoffPair // per library
 	watchers [2]*child               // etcd's bare watch: from the Get's revision, from the next
 	repMed   map[string][]float64    // "<row>|<metric>": per repetition
@@ -110,6 +115,16 @@ func startHandoff2(ctx context.Context, e *env) (_ *handoff2, err error) {
 		return nil, err
 	}
 	h.release = redis.NewScript(rel)
+	for _, st := range handoverSteps {
+		if st.src != "" {
+			h.steps = append(h.steps, redis.NewScript(st.src))
+			continue
+		}
+		if err := applyEdits(&rel, st.edits, st.row); err != nil {
+			return nil, err
+		}
+		h.steps = append(h.steps, redis.NewScript(rel))
+	}
 	for _, lib := range h.libs {
 		p, err := newHandoffPair(ctx, e, lib)
 		if err != nil {
@@ -163,10 +178,15 @@ func (h *handoff2) rep(ctx context.Context, e *env, rep int) error {
 		return err
 	}
 	h.add("PING", gapAfterHold, idle)
-	for _, f := range []struct {
+	type floor struct {
 		row, cmd string // the row, and the command whose Redis time it reports
 		run      func(ctx context.Context, e *env, sub *child, rounds int, wait time.Duration) ([]float64, error)
-	}{{floorName, "publish", publishFloor}, {scriptFloorName, "evalsha", h.scriptFloor}} {
+	}
+	floors := []floor{{floorName, "publish", publishFloor}, {scriptFloorName, "evalsha", scriptFloor(h.release)}}
+	for i, st := range handoverSteps {
+		floors = append(floors, floor{st.row, "evalsha", scriptFloor(h.steps[i])})
+	}
+	for _, f := range floors {
 		for _, v := range []struct {
 			gap, redis string
 			wait       time.Duration
@@ -220,7 +240,11 @@ func (h *handoff2) rep(ctx context.Context, e *env, rep int) error {
 func (h *handoff2) report(e *env, s *scenario) {
 	n, hold := e.cfg.HandoffRounds, e.cfg.HandoffHold
 	libs, repMed, pooled, slow, seen := h.libs, h.repMed, h.pooled, h.slow, h.seen
-	rows := append([]string{"PING", floorName, scriptFloorName}, libs...)
+	rows := []string{"PING", floorName, scriptFloorName}
+	for _, st := range handoverSteps {
+		rows = append(rows, st.row)
+	}
+	rows = append(rows, libs...)
 	if e.etcd != nil {
 		rows = append(rows, etcdWatchRev, etcdWatchNxt)
 	}
@@ -238,6 +262,9 @@ func (h *handoff2) report(e *env, s *scenario) {
 		s.Ratios["fence/floor"+v.suffix] = r("fence", floorName, v.m)
 		s.Ratios["script floor/floor"+v.suffix] = r(scriptFloorName, floorName, v.m)
 		s.Ratios["fence/script floor"+v.suffix] = r("fence", scriptFloorName, v.m)
+		for _, st := range handoverSteps {
+			s.Ratios[st.row+"/floor"+v.suffix] = r(st.row, floorName, v.m)
+		}
 		if e.etcd != nil {
 			s.Ratios[etcdName+"/fence"+v.suffix] = r(etcdName, "fence", v.m)
 		}
@@ -250,6 +277,11 @@ func (h *handoff2) report(e *env, s *scenario) {
 		fmt.Sprintf("2 processes, one name: this process holds the lock, a waiter process (its own go-redis and lock client, or etcd client) calls Acquire; once the waiter is queued (fence: its WaitObserver fired, it is in the name's queue and subscribed; etcd: its key is under the mutex's prefix and its watch exists on the server) the holder releases, at once (%s) or after %v more (%s); gap = from the start of Release to the waiter's Acquire returning, on the real-time clock both processes read. %d handoffs per library and variant per repetition.", gapAtOnce, hold, gapAfterHold, n),
 		fmt.Sprintf("PING: %s = back-to-back PINGs (hot), %s = one PING after %v without traffic (the same idle as the held lock). %s: the floor of any handover a message carries: a PUBLISH from this process, received by a go-redis subscriber in another process (ReceiveMessage), from the start of PUBLISH to its receipt, after a PING (%s) or after %v idle (%s).", gapAtOnce, gapAfterHold, hold, floorName, gapAtOnce, hold, gapAfterHold),
 		fmt.Sprintf("%s: the floor of fence's handover, the PUBLISH floor plus what Redis does to hand over: this process makes a held lock with one live waiter in its queue (SET, RPUSH, HSET), then runs fence's release.lua (composed as fence/scripts.go composes it, checked by SHA1 against what fence loaded) by EVALSHA from a bare go-redis client; it hands the lock to the waiter, issues its token and publishes the grant to the same subscriber process; timed as the PUBLISH floor. No fence client code runs on either side, so fence ÷ this row is what fence's client adds to a handover, and this row ÷ the PUBLISH floor what the script adds: the token rule (TIME, the counter's SET … GET), the queue's pop (LPOP, HGET, HDEL), the lock's SET, in one call. %s and %s: the Redis time per call of the floor's command (PUBLISH; EVALSHA of release.lua, its inner commands included), from INFO commandstats read before and after each variant's %d calls.", scriptFloorName, redisAtOnce, redisAfterHold, n))
+	var labels []string
+	for _, st := range handoverSteps {
+		labels = append(labels, st.row+": "+st.label)
+	}
+	s.Notes = append(s.Notes, fmt.Sprintf("Each guarantee of the handover in Redis: the script floor again with one part of release.lua taken out at a time, cumulatively, timed and counted the same way (%s). Their Redis time per call against release.lua's is what each part costs the server; the last row is the least a handover through a queue and a message does in a script.", strings.Join(labels, "; ")))
 	if e.etcd != nil {
 		s.Notes = append(s.Notes, fmt.Sprintf("etcd: concurrency.Mutex (client go.etcd.io/etcd/client/v3, server %s, one session per locker). Its waiter watches its predecessor's key from the revision its Get read: such a watch starts unsynced, and etcd delivers an unsynced watcher's events only when its sync loop runs (every 100 ms). The two etcd watch rows time a bare watch the same way (a child watches a key, this process deletes it at once): from the Get's revision, as the Mutex does, and from the next revision. In this run the waiter's watch was unsynced when the holder released in %d of %d etcd handoffs (etcd_debugging_mvcc_slow_watcher_total ≥ 1 at the release).", e.etcdVersion(), slow, seen))
 	}
@@ -276,36 +308,74 @@ const floorChannel = "bench:floor"
 // second channel.
 var scriptFloorKeys = []string{floorChannel, floorChannel + ":n", floorChannel + ":q", floorChannel + ":w"}
 
-// scriptFloor times fence's release.lua handing a lock over to a waiter
-// that is only an entry in the queue, from this process (a bare go-redis
-// client, by EVALSHA) to the subscriber process (see the scenario's
-// notes), as toSubscriber times.
-func (h *handoff2) scriptFloor(ctx context.Context, e *env, sub *child, rounds int, wait time.Duration) ([]float64, error) {
-	const holder, waiter = "1:bench-holder", "bench-waiter"
-	k := scriptFloorKeys
-	defer e.ping.Del(context.WithoutCancel(ctx), k...)
-	if err := h.release.Load(ctx, e.ping).Err(); err != nil {
-		return nil, err
-	}
-	// The waiter's deadline (server ms) is an hour away: always live.
-	place := fmt.Sprintf("%d:5000", time.Now().Add(time.Hour).UnixMilli())
-	held := func() error {
-		_, err := e.ping.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Set(ctx, k[0], holder, 0)
-			p.Del(ctx, k[2], k[3])
-			p.RPush(ctx, k[2], waiter)
-			p.HSet(ctx, k[3], waiter, place)
-			return nil
-		})
-		return err
-	}
-	return toSubscriber(ctx, e, sub, rounds, wait, held, func() error {
-		rep, err := h.release.EvalSha(ctx, e.ping, k, holder).Slice()
-		if err == nil && (len(rep) < 2 || rep[0] != int64(3)) {
-			err = fmt.Errorf("release.lua did not hand over: %v", rep)
+// handoverSteps take one part of a handover out of the script floor's
+// release.lua at a time, cumulatively (as shapeSteps do for the
+// uncontended path), so that the Redis time of each row says what each
+// guarantee of a handover costs. What is left after the third step is
+// what any lock that hands over through a queue and a message needs: the
+// ownership check (GET), the queue's pop (LPOP), the lock's SET and the
+// PUBLISH; the last step runs those four in a script of their own, so
+// that what release.lua's shape costs beyond its commands shows too.
+var handoverSteps = []struct {
+	row, label string
+	edits      []shapeEdit
+	src        string // a script of its own instead of edits
+}{
+	{row: noTokenName, label: "without the token rule: the new holder's value without a token from the counter and the clock (no SET … GET of the counter)",
+		edits: []shapeEdit{{old: "local v = next_token() .. ':' .. id\n", repl: "local v = '1:' .. id\n"}}},
+	{row: noLivenessName, label: "and without the waiter's liveness: the head is granted without reading and deleting its place (no HGET, HDEL)",
+		edits: []shapeEdit{{old: "local lease = live(id)\n      if lease then\n        redis.call('HDEL', KEYS[4], id)\n", repl: "local lease = '5000'\n      if lease then\n"}}},
+	{row: noTimeName, label: "and without the grant's server time, from which the new holder dates its lease (no TIME)",
+		edits: []shapeEdit{{old: "local _, at = now()\n", repl: "local at = '0'\n"}}},
+	{row: bareName, label: "not release.lua but the same four commands written plainly, with no function defined: the least any script that hands over through a queue and a message runs",
+		src: bareHandoverLua},
+}
+
+// bareHandoverLua hands the lock over as the last step of handoverSteps
+// does, in as little Lua as it can be written: the ownership check, the
+// queue's pop, the lock's SET and the PUBLISH, answering as release.lua
+// does.
+const bareHandoverLua = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local v = '1:' .. redis.call('LPOP', KEYS[3])
+redis.call('SET', KEYS[1], v, 'PX', 5000)
+redis.call('PUBLISH', KEYS[1] .. ':ch', 'grant:0:' .. v)
+return {3, v}`
+
+// scriptFloor times script — fence's release.lua, or a step of
+// handoverSteps — handing a lock over to a waiter that is only an entry
+// in the queue, from this process (a bare go-redis client, by EVALSHA) to
+// the subscriber process (see the scenario's notes), as toSubscriber
+// times.
+func scriptFloor(script *redis.Script) func(ctx context.Context, e *env, sub *child, rounds int, wait time.Duration) ([]float64, error) {
+	return func(ctx context.Context, e *env, sub *child, rounds int, wait time.Duration) ([]float64, error) {
+		const holder, waiter = "1:bench-holder", "bench-waiter"
+		k := scriptFloorKeys
+		defer e.ping.Del(context.WithoutCancel(ctx), k...)
+		if err := script.Load(ctx, e.ping).Err(); err != nil {
+			return nil, err
 		}
-		return err
-	})
+		// The waiter's deadline (server ms) is an hour away: always live.
+		place := fmt.Sprintf("%d:5000", time.Now().Add(time.Hour).UnixMilli())
+		held := func() error {
+			_, err := e.ping.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, k[0], holder, 0)
+				p.Del(ctx, k[2], k[3])
+				p.RPush(ctx, k[2], waiter)
+				p.HSet(ctx, k[3], waiter, place)
+				return nil
+			})
+			return err
+		}
+		return toSubscriber(ctx, e, sub, rounds, wait, held, func() error {
+			rep, err := script.EvalSha(ctx, e.ping, k, holder).Slice()
+			if err == nil && (len(rep) < 2 || rep[0] != int64(3)) {
+				err = fmt.Errorf("release.lua did not hand over: %v", rep)
+			}
+			return err
+		})
+	}
 }
 
 func startSubscriber(ctx context.Context, e *env) (*child, error) {

@@ -99,6 +99,18 @@ func fenceScriptSources() (acquire, release string, err error) {
 	return acquire, release, nil
 }
 
+// applyEdits makes edits in the script *src, each of whose old text must
+// be in it exactly once (what names the step in the error).
+func applyEdits(src *string, edits []shapeEdit, what string) error {
+	for _, ed := range edits {
+		if n := strings.Count(*src, ed.old); n != 1 {
+			return fmt.Errorf("%s: %q is in the script %d times, not once: fence's scripts changed; update the step's edits", what, ed.old, n)
+		}
+		*src = strings.Replace(*src, ed.old, ed.repl, 1)
+	}
+	return nil
+}
+
 // shapeLocker runs a pair of scripts of fence's shape from a bare loop:
 // one EVALSHA to acquire, one to release, as fence's uncontended path.
 type shapeLocker struct {
@@ -119,15 +131,19 @@ func newShapeLockers(addr string) ([]*shapeLocker, error) {
 	var out []*shapeLocker
 	two := false
 	for _, st := range shapeSteps {
+		var acqEdits, relEdits []shapeEdit
 		for _, ed := range st.edits {
-			src := &acq
 			if ed.release {
-				src = &rel
+				relEdits = append(relEdits, ed)
+			} else {
+				acqEdits = append(acqEdits, ed)
 			}
-			if n := strings.Count(*src, ed.old); n != 1 {
-				return nil, fmt.Errorf("shapes: step %s: %q is in the script %d times, not once: fence's scripts changed; update shapeSteps", st.name, ed.old, n)
-			}
-			*src = strings.Replace(*src, ed.old, ed.repl, 1)
+		}
+		if err := applyEdits(&acq, acqEdits, "shapes: step "+st.name); err != nil {
+			return nil, err
+		}
+		if err := applyEdits(&rel, relEdits, "shapes: step "+st.name); err != nil {
+			return nil, err
 		}
 		two = two || st.twoKeys
 		cnt := &counter{}
