@@ -464,7 +464,7 @@ func printHandoff2Rows(r *results, val func(scn, lib, metric string) string, lin
 	for _, st := range handoverSteps {
 		steps = append(steps, val("handoff2", st.row, redisAtOnce))
 	}
-	line(fmt.Sprintf("… Redis time per call handing over at once, µs: PUBLISH %s; release.lua %s; without the token rule, the liveness, the grant's time, cumulatively; a bare handover script: %s",
+	line(fmt.Sprintf("… Redis time per call handing over at once, µs: PUBLISH %s; release.lua %s; without the token rule, the liveness, the grant's time, cumulatively; a bare handover script; release.lua's commands, compact: %s",
 		val("handoff2", floorName, redisAtOnce), val("handoff2", scriptFloorName, redisAtOnce), strings.Join(steps, "; ")), func(string) string { return "" })
 	if r.Scenarios["handoff2"].get(etcdWatchRev, gapAtOnce) == nil {
 		return

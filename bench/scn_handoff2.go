@@ -50,6 +50,7 @@ const (
 	noLivenessName  = "release.lua -token -liveness"
 	noTimeName      = "release.lua -token -liveness -time"
 	bareName        = "a bare handover script"
+	compactName     = "release.lua's commands, compact"
 	etcdWatchRev    = "etcd watch from the Get's revision"
 	etcdWatchNxt    = "etcd watch from the next revision"
 	gapAtOnce       = "gap_us"
@@ -281,7 +282,7 @@ func (h *handoff2) report(e *env, s *scenario) {
 	for _, st := range handoverSteps {
 		labels = append(labels, st.row+": "+st.label)
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("Each guarantee of the handover in Redis: the script floor again with one part of release.lua taken out at a time, cumulatively, timed and counted the same way (%s). Their Redis time per call against release.lua's is what each part costs the server; the last row is the least a handover through a queue and a message does in a script.", strings.Join(labels, "; ")))
+	s.Notes = append(s.Notes, fmt.Sprintf("Each guarantee of the handover in Redis: the script floor again with one part of release.lua taken out at a time, cumulatively, timed and counted the same way (%s). Their Redis time per call against release.lua's is what each part costs the server; the bare script is the least a handover through a queue and a message does in a script, and the compact one what release.lua's commands cost without its shape.", strings.Join(labels, "; ")))
 	if e.etcd != nil {
 		s.Notes = append(s.Notes, fmt.Sprintf("etcd: concurrency.Mutex (client go.etcd.io/etcd/client/v3, server %s, one session per locker). Its waiter watches its predecessor's key from the revision its Get read: such a watch starts unsynced, and etcd delivers an unsynced watcher's events only when its sync loop runs (every 100 ms). The two etcd watch rows time a bare watch the same way (a child watches a key, this process deletes it at once): from the Get's revision, as the Mutex does, and from the next revision. In this run the waiter's watch was unsynced when the holder released in %d of %d etcd handoffs (etcd_debugging_mvcc_slow_watcher_total ≥ 1 at the release).", e.etcdVersion(), slow, seen))
 	}
@@ -314,8 +315,10 @@ var scriptFloorKeys = []string{floorChannel, floorChannel + ":n", floorChannel +
 // guarantee of a handover costs. What is left after the third step is
 // what any lock that hands over through a queue and a message needs: the
 // ownership check (GET), the queue's pop (LPOP), the lock's SET and the
-// PUBLISH; the last step runs those four in a script of their own, so
-// that what release.lua's shape costs beyond its commands shows too.
+// PUBLISH. The last two steps are scripts of their own: those four
+// commands written plainly, and every command of release.lua's handover
+// written in one piece, so that what release.lua's shape costs beyond its
+// commands shows too.
 var handoverSteps = []struct {
 	row, label string
 	edits      []shapeEdit
@@ -329,7 +332,38 @@ var handoverSteps = []struct {
 		edits: []shapeEdit{{old: "local _, at = now()\n", repl: "local at = '0'\n"}}},
 	{row: bareName, label: "not release.lua but the same four commands written plainly, with no function defined: the least any script that hands over through a queue and a message runs",
 		src: bareHandoverLua},
+	{row: compactName, label: "not release.lua but every command its handover makes (the token rule, the liveness, the grant's time included), written in one piece, with no function defined: what release.lua's shape (queue.lua's functions, made per call) costs beyond its commands",
+		src: compactHandoverLua},
 }
+
+// compactHandoverLua makes the commands of release.lua's handover to a
+// live head — GET, LPOP, HGET, HDEL, TIME, the counter's SET … GET, SET,
+// PUBLISH — in the same order and with the same token rule, written in
+// one piece. It serves only the script floor's case (a held lock, one
+// live waiter); release.lua is the one that serves every case.
+const compactHandoverLua = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local id = redis.call('LPOP', KEYS[3])
+local w = redis.call('HGET', KEYS[4], id)
+local i = string.find(w, ':', 1, true)
+local tm = redis.call('TIME')
+local t = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+local s = tm[1] .. string.sub('00000' .. tm[2], -6)
+if tonumber(string.sub(w, 1, i - 1)) * 1000 <= t then
+  return redis.error_reply('the script floor\'s waiter is not live')
+end
+redis.call('HDEL', KEYS[4], id)
+local at = s
+local old = redis.call('SET', KEYS[2], s, 'PX', '2592000000', 'GET')
+if old and tonumber(old) >= t then
+  s = string.format('%.0f', tonumber(old) + 1)
+  redis.call('SET', KEYS[2], s, 'PX', '2592000000')
+end
+local v = s .. ':' .. id
+redis.call('SET', KEYS[1], v, 'PX', string.sub(w, i + 1))
+redis.pcall('PUBLISH', KEYS[1] .. ':ch', 'grant:' .. at .. ':' .. v)
+return {3, v}`
 
 // bareHandoverLua hands the lock over as the last step of handoverSteps
 // does, in as little Lua as it can be written: the ownership check, the
