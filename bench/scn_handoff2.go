@@ -91,7 +91,7 @@ type handoff2 struct {
 	libs     []string
 	sub      *child                  // the floors' subscriber
 	release  *redis.Script           // fence's release.lua, for the script floor
-	steps    []*redis.Script         // release.lua with handoverSteps' edits, one per step
+	steps    []*redis.Script         // the script of each step of handoverSteps
 	pairs    map[string]*handoffPair // per library
 	watchers [2]*child               // etcd's bare watch: from the Get's revision, from the next
 	repMed   map[string][]float64    // "<row>|<metric>": per repetition
@@ -282,7 +282,7 @@ func (h *handoff2) report(e *env, s *scenario) {
 	for _, st := range handoverSteps {
 		labels = append(labels, st.row+": "+st.label)
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("Each guarantee of the handover in Redis: the script floor again with one part of release.lua taken out at a time, cumulatively, timed and counted the same way (%s). Their Redis time per call against release.lua's is what each part costs the server; the bare script is the least a handover through a queue and a message does in a script, and the compact one what release.lua's commands cost without its shape.", strings.Join(labels, "; ")))
+	s.Notes = append(s.Notes, fmt.Sprintf("Each guarantee of the handover in Redis: the script floor again with one part of release.lua taken out at a time, cumulatively, then with two scripts of the bench's own, each timed and counted the same way (%s). Their Redis time per call against release.lua's is what each part costs the server; the bare script is the least a handover through a queue and a message does in a script, and the compact one what release.lua's commands cost without its shape.", strings.Join(labels, "; ")))
 	if e.etcd != nil {
 		s.Notes = append(s.Notes, fmt.Sprintf("etcd: concurrency.Mutex (client go.etcd.io/etcd/client/v3, server %s, one session per locker). Its waiter watches its predecessor's key from the revision its Get read: such a watch starts unsynced, and etcd delivers an unsynced watcher's events only when its sync loop runs (every 100 ms). The two etcd watch rows time a bare watch the same way (a child watches a key, this process deletes it at once): from the Get's revision, as the Mutex does, and from the next revision. In this run the waiter's watch was unsynced when the holder released in %d of %d etcd handoffs (etcd_debugging_mvcc_slow_watcher_total ≥ 1 at the release).", e.etcdVersion(), slow, seen))
 	}
@@ -365,8 +365,8 @@ redis.call('SET', KEYS[1], v, 'PX', string.sub(w, i + 1))
 redis.pcall('PUBLISH', KEYS[1] .. ':ch', 'grant:' .. at .. ':' .. v)
 return {3, v}`
 
-// bareHandoverLua hands the lock over as the last step of handoverSteps
-// does, in as little Lua as it can be written: the ownership check, the
+// bareHandoverLua makes the commands that handoverSteps' third step
+// leaves of release.lua, in as little Lua as they can be written: the ownership check, the
 // queue's pop, the lock's SET and the PUBLISH, answering as release.lua
 // does.
 const bareHandoverLua = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -405,7 +405,7 @@ func scriptFloor(script *redis.Script) func(ctx context.Context, e *env, sub *ch
 		return toSubscriber(ctx, e, sub, rounds, wait, held, func() error {
 			rep, err := script.EvalSha(ctx, e.ping, k, holder).Slice()
 			if err == nil && (len(rep) < 2 || rep[0] != int64(3)) {
-				err = fmt.Errorf("release.lua did not hand over: %v", rep)
+				err = fmt.Errorf("the script did not hand over: %v", rep)
 			}
 			return err
 		})
