@@ -196,11 +196,7 @@ func handoff2Goals(r *results, s *scenario, ratio func(scn, key string) float64)
 				note += fmt.Sprintf("; Redis time per call (INFO commandstats): release.lua %s µs", fmtNum(rs.Median))
 				for _, st := range handoverSteps {
 					if f := s.get(st.row, redis); f != nil {
-						name := st.row
-						if strings.HasPrefix(name, "release.lua -") {
-							name = strings.TrimPrefix(name, "release.lua ")
-						}
-						note += fmt.Sprintf(", %s %s", name, fmtNum(f.Median))
+						note += fmt.Sprintf(", %s %s", stepName(st.row), fmtNum(f.Median))
 					}
 				}
 				note += fmt.Sprintf(", PUBLISH %s µs", fmtNum(rp.Median))

@@ -460,12 +460,11 @@ func printHandoff2Rows(r *results, val func(scn, lib, metric string) string, lin
 		val("handoff2", "PING", gapAtOnce), val("handoff2", floorName, gapAtOnce), val("handoff2", scriptFloorName, gapAtOnce)), gap(gapAtOnce))
 	line(fmt.Sprintf("… released after a %v hold, µs (PING after the same idle %s; PUBLISH %s; release.lua %s)", r.Config.HandoffHold,
 		val("handoff2", "PING", gapAfterHold), val("handoff2", floorName, gapAfterHold), val("handoff2", scriptFloorName, gapAfterHold)), gap(gapAfterHold))
-	var steps []string
+	steps := []string{"PUBLISH " + val("handoff2", floorName, redisAtOnce), "release.lua " + val("handoff2", scriptFloorName, redisAtOnce)}
 	for _, st := range handoverSteps {
-		steps = append(steps, val("handoff2", st.row, redisAtOnce))
+		steps = append(steps, stepName(st.row)+" "+val("handoff2", st.row, redisAtOnce))
 	}
-	line(fmt.Sprintf("… Redis time per call handing over at once, µs: PUBLISH %s; release.lua %s; without the token rule, the liveness, the grant's time, cumulatively; a bare handover script; release.lua's commands, compact: %s",
-		val("handoff2", floorName, redisAtOnce), val("handoff2", scriptFloorName, redisAtOnce), strings.Join(steps, "; ")), func(string) string { return "" })
+	line("… Redis time per call handing over at once, µs: "+strings.Join(steps, "; "), func(string) string { return "" })
 	if r.Scenarios["handoff2"].get(etcdWatchRev, gapAtOnce) == nil {
 		return
 	}

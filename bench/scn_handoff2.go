@@ -325,15 +325,24 @@ var handoverSteps = []struct {
 	src        string // a script of its own instead of edits
 }{
 	{row: noTokenName, label: "without the token rule: the new holder's value without a token from the counter and the clock (no SET … GET of the counter)",
-		edits: []shapeEdit{{old: "local v = next_token() .. ':' .. id\n", repl: "local v = '1:' .. id\n"}}},
+		edits: []shapeEdit{{release: true, old: "local v = next_token() .. ':' .. id\n", repl: "local v = '1:' .. id\n"}}},
 	{row: noLivenessName, label: "and without the waiter's liveness: the head is granted without reading and deleting its place (no HGET, HDEL)",
-		edits: []shapeEdit{{old: "local lease = live(id)\n      if lease then\n        redis.call('HDEL', KEYS[4], id)\n", repl: "local lease = '5000'\n      if lease then\n"}}},
+		edits: []shapeEdit{{release: true, old: "local lease = live(id)\n      if lease then\n        redis.call('HDEL', KEYS[4], id)\n", repl: "local lease = '5000'\n      if lease then\n"}}},
 	{row: noTimeName, label: "and without the grant's server time, from which the new holder dates its lease (no TIME)",
-		edits: []shapeEdit{{old: "local _, at = now()\n", repl: "local at = '0'\n"}}},
+		edits: []shapeEdit{{release: true, old: "local _, at = now()\n", repl: "local at = '0'\n"}}},
 	{row: bareName, label: "not release.lua but the same four commands written plainly, with no function defined: the least any script that hands over through a queue and a message runs",
 		src: bareHandoverLua},
 	{row: compactName, label: "not release.lua but every command its handover makes (the token rule, the liveness, the grant's time included), written in one piece, with no function defined: what release.lua's shape (queue.lua's functions, made per call) costs beyond its commands",
 		src: compactHandoverLua},
+}
+
+// stepName is a row of handoverSteps as the goals' note and the results
+// table name it: an edit of release.lua by its edits alone ("-token").
+func stepName(row string) string {
+	if strings.HasPrefix(row, "release.lua -") {
+		return strings.TrimPrefix(row, "release.lua ")
+	}
+	return row
 }
 
 // compactHandoverLua makes the commands of release.lua's handover to a

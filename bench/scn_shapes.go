@@ -131,19 +131,14 @@ func newShapeLockers(addr string) ([]*shapeLocker, error) {
 	var out []*shapeLocker
 	two := false
 	for _, st := range shapeSteps {
-		var acqEdits, relEdits []shapeEdit
 		for _, ed := range st.edits {
+			src := &acq
 			if ed.release {
-				relEdits = append(relEdits, ed)
-			} else {
-				acqEdits = append(acqEdits, ed)
+				src = &rel
 			}
-		}
-		if err := applyEdits(&acq, acqEdits, "shapes: step "+st.name); err != nil {
-			return nil, err
-		}
-		if err := applyEdits(&rel, relEdits, "shapes: step "+st.name); err != nil {
-			return nil, err
+			if err := applyEdits(src, []shapeEdit{ed}, "shapes: step "+st.name); err != nil {
+				return nil, err
+			}
 		}
 		two = two || st.twoKeys
 		cnt := &counter{}
