@@ -96,6 +96,15 @@ func TestHarnessQuick(t *testing.T) {
 			t.Errorf("fair: no acquisitions/s of %s: %+v", lib, f)
 		}
 	}
+	// Every library's client CPU and context switches in parallel (a
+	// window may see no switch: at least it is counted).
+	for lib := range res.Scenarios["parallel"].Figures {
+		for _, m := range []string{"client_cpu_us_per_op", "client_switches_per_op"} {
+			if f := res.Scenarios["parallel"].get(lib, m); f == nil || f.Median < 0 || len(f.Reps) == 0 {
+				t.Errorf("parallel: no %s of %s: %+v", m, lib, f)
+			}
+		}
+	}
 	// Both handoff variants of fence and the PING (of the floors below).
 	for _, row := range []string{"PING", "fence"} {
 		for _, m := range []string{gapAtOnce, gapAfterHold} {

@@ -141,6 +141,18 @@ func pinClient(cpu int) error {
 }
 
 // cpuTime is user+system CPU time of this process, in seconds.
+// switches is how many times this process' threads gave up or lost
+// their CPU (getrusage: voluntary and involuntary context switches): a
+// goroutine that waits for a reply with nothing else to run parks its
+// thread, so in a client-bound loop this counts the client's sleeps.
+func switches() float64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Nvcsw + ru.Nivcsw)
+}
+
 func cpuTime() float64 {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {

@@ -152,7 +152,12 @@ func fairLockGoals(r *results, ratio func(scn, key string) float64, med func(scn
 	if _, ok := r.Scenarios["parallel"]; ok {
 		n := c.ParallelWorkers
 		srvNote := "where it goes: the parallel scenario's redis_* columns" + r.shapesNote("redis_cpu")
-		cliNote := "the bench process' CPU (getrusage) over the window / operations; the workers of both run in it" + r.shapesNote("client_cpu")
+		cliNote := "the bench process' CPU (getrusage) over the window / operations; the workers of both run in it"
+		if p := r.Scenarios["parallel"]; p.get("fence", "client_switches_per_op") != nil {
+			cliNote += fmt.Sprintf("; its context switches per acquire+release (all workers waiting on Redis at once): fence %s, redislock %s",
+				medianOf(p.get("fence", "client_switches_per_op")), medianOf(p.get("redislock", "client_switches_per_op")))
+		}
+		cliNote += r.shapesNote("client_cpu")
 		r.addGoal("parallel", fmt.Sprintf("Redis CPU per uncontended acquire+release (%d names) ÷ redislock ≤ 1.10 (fence/redislock)", n), ratio("parallel", "redis_cpu fence/redislock"), 1.10, true, srvNote)
 		r.addGoal("parallel", fmt.Sprintf("client CPU per uncontended acquire+release (%d names) ÷ redislock ≤ 1.00 (fence/redislock)", n), ratio("parallel", "client_cpu fence/redislock"), 1, true, cliNote)
 	}

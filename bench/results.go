@@ -440,6 +440,7 @@ func printFairLock(w io.Writer, r *results) {
 	row("… of it in the commands the scripts call; in the Lua call itself; outside any command, µs", "parallel", "redis_in_commands_us_per_op", "redis_in_lua_us_per_op", "redis_outside_commands_us_per_op")
 	row("… commands the scripts call per acquire+release", "parallel", "redis_cmds_per_op")
 	row("… the bench process' CPU per acquire+release, µs", "parallel", "client_cpu_us_per_op")
+	row("… the bench process' context switches per acquire+release", "parallel", "client_switches_per_op")
 	row(fmt.Sprintf("%d queued waiters: Redis memory per waiter, B; a release in SLOWLOG, µs", c.QueueWaiters), "queue", "memory_per_waiter_bytes", "release_slowlog_us")
 	row(fmt.Sprintf("5 waiters SIGKILLed at the head (liveness %v): the next live waiter holds after, s", c.HeadLiveness), "headkill", "next_holder_s")
 	fmt.Fprintln(w)

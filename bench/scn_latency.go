@@ -154,7 +154,7 @@ func runParallel(ctx context.Context, e *env, res *results) error {
 		m.record(s, l.Name())
 	}
 	parallelRatios(s, m.rates, m.srvUs, m.cliUs, e.peerNames())
-	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition (in %d windows taken in turn with the other libraries'). redis_cpu_us_per_op: Redis server CPU (INFO cpu, user+sys) per acquire+release; client_cpu_us_per_op: the bench process' CPU (getrusage) per acquire+release. Whichever side saturates its core bounds ops/s.", e.cfg.ParallelWorkers, e.cfg.ParallelDur, parallelSlices),
+	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines, each on its own name, acquire+release in a loop for %v per library per repetition (in %d windows taken in turn with the other libraries'). redis_cpu_us_per_op: Redis server CPU (INFO cpu, user+sys) per acquire+release; client_cpu_us_per_op: the bench process' CPU (getrusage) per acquire+release; client_switches_per_op: its context switches (getrusage) per acquire+release, how often all its goroutines waited for Redis at once and its thread slept. Whichever side saturates its core bounds ops/s.", e.cfg.ParallelWorkers, e.cfg.ParallelDur, parallelSlices),
 		"Where the Redis CPU goes (libraries that send only scripts, from INFO commandstats): redis_cmds_per_op, the commands the scripts call; redis_in_commands_us_per_op, their time; redis_in_lua_us_per_op, the scripts' time less that (the Lua call itself); redis_outside_commands_us_per_op, the CPU spent outside any command: reading, parsing and answering the requests, the event loop, the expiry of keys.")
 	return nil
 }
@@ -163,6 +163,8 @@ func runParallel(ctx context.Context, e *env, res *results) error {
 // by library.
 type parallelFigures struct {
 	rates, srvUs, cliUs map[string][]float64
+	// cliSw: the bench process' context switches per acquire+release.
+	cliSw map[string][]float64
 	// split: where the Redis CPU goes, for the libraries that send only
 	// scripts.
 	split map[string]map[string][]float64
@@ -179,6 +181,7 @@ const parallelSlices = 4
 type parallelSum struct {
 	ops               int64
 	secs, srv, cli    float64 // elapsed, Redis CPU and this process' CPU, s
+	sw                float64 // this process' context switches
 	scriptUs, innerUs float64
 	cmds              int64
 }
@@ -191,7 +194,7 @@ type parallelSum struct {
 // set-up, argument conversion, the replies' conversion), and outside any
 // command (reading, parsing and answering requests).
 func measureParallel(ctx context.Context, e *env, libs []locker, scriptOnly map[string]bool) (*parallelFigures, error) {
-	m := &parallelFigures{rates: map[string][]float64{}, srvUs: map[string][]float64{}, cliUs: map[string][]float64{}, split: map[string]map[string][]float64{}}
+	m := &parallelFigures{rates: map[string][]float64{}, srvUs: map[string][]float64{}, cliUs: map[string][]float64{}, cliSw: map[string][]float64{}, split: map[string]map[string][]float64{}}
 	window := e.cfg.ParallelDur / parallelSlices
 	for rep := 0; rep < e.cfg.Reps; rep++ {
 		sums := map[string]*parallelSum{}
@@ -205,12 +208,12 @@ func measureParallel(ctx context.Context, e *env, libs []locker, scriptOnly map[
 				if err != nil {
 					return nil, err
 				}
-				c0 := cpuTime()
+				c0, sw0 := cpuTime(), switches()
 				r, ops, err := parallelOnce(ctx, l, e.cfg.ParallelWorkers, window)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", l.Name(), err)
 				}
-				c1 := cpuTime()
+				c1, sw1 := cpuTime(), switches()
 				cpu1, err := serverCPU(ctx, e.ping)
 				if err != nil {
 					return nil, err
@@ -230,6 +233,7 @@ func measureParallel(ctx context.Context, e *env, libs []locker, scriptOnly map[
 				}
 				sum.srv += cpu1 - cpu0
 				sum.cli += c1 - c0
+				sum.sw += sw1 - sw0
 				if scriptOnly[l.Name()] {
 					script, inner, cmds := scriptSplit(st0, st1)
 					sum.scriptUs += script
@@ -249,6 +253,7 @@ func measureParallel(ctx context.Context, e *env, libs []locker, scriptOnly map[
 			srv := 1e6 * sum.srv / n
 			m.srvUs[l.Name()] = append(m.srvUs[l.Name()], srv)
 			m.cliUs[l.Name()] = append(m.cliUs[l.Name()], 1e6*sum.cli/n)
+			m.cliSw[l.Name()] = append(m.cliSw[l.Name()], sum.sw/n)
 			if scriptOnly[l.Name()] {
 				sp := m.split[l.Name()]
 				if sp == nil {
@@ -270,6 +275,7 @@ func (m *parallelFigures) record(s *scenario, lib string) {
 	s.set(lib, "ops_per_s", newFigure("ops/s", m.rates[lib], nil))
 	s.set(lib, "redis_cpu_us_per_op", newFigure("µs", m.srvUs[lib], nil))
 	s.set(lib, "client_cpu_us_per_op", newFigure("µs", m.cliUs[lib], nil))
+	s.set(lib, "client_switches_per_op", newFigure("", m.cliSw[lib], nil))
 	for _, k := range []string{"redis_cmds_per_op", "redis_in_commands_us_per_op", "redis_in_lua_us_per_op", "redis_outside_commands_us_per_op"} {
 		if v, ok := m.split[lib][k]; ok {
 			unit := "µs"

@@ -274,21 +274,21 @@ func printShapes(w io.Writer, r *results) {
 	if !ok || s.Error != "" {
 		return
 	}
-	fmt.Fprintf(w, "| what each guarantee costs, uncontended (fence's scripts from a bare loop, then one guarantee out at a time) ÷ redislock, median | latency | ops/s (%d names) | Redis CPU | client CPU | commands the scripts call |\n|---|---|---|---|---|---|\n", r.Config.ParallelWorkers)
+	fmt.Fprintf(w, "| what each guarantee costs, uncontended (fence's scripts from a bare loop, then one guarantee out at a time) ÷ redislock, median | latency | ops/s (%d names) | Redis CPU | client CPU | client context switches per op | commands the scripts call |\n|---|---|---|---|---|---|---|\n", r.Config.ParallelWorkers)
 	row := func(lib, label string) {
 		cmds := "–"
 		if f := s.get(lib, "redis_cmds_per_op"); f != nil {
 			cmds = fmtNum(f.Median)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", label, fmtGoal(s.Ratios["latency "+lib+"/redislock"]), fmtGoal(s.Ratios["ops "+lib+"/redislock"]),
-			fmtGoal(s.Ratios["redis_cpu "+lib+"/redislock"]), fmtGoal(s.Ratios["client_cpu "+lib+"/redislock"]), cmds)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", label, fmtGoal(s.Ratios["latency "+lib+"/redislock"]), fmtGoal(s.Ratios["ops "+lib+"/redislock"]),
+			fmtGoal(s.Ratios["redis_cpu "+lib+"/redislock"]), fmtGoal(s.Ratios["client_cpu "+lib+"/redislock"]), medianOf(s.get(lib, "client_switches_per_op")), cmds)
 	}
 	row("fence", "fence, the library")
 	for _, st := range shapeSteps {
 		row(st.name, st.label)
 	}
-	fmt.Fprintf(w, "| redislock: µs; ops/s; Redis CPU, µs; client CPU, µs | %s | %s | %s | %s | 2 (its acquisition is a SET, not a script) |\n\n", medianOf(s.get("redislock", "latency_us")),
-		medianOf(s.get("redislock", "ops_per_s")), medianOf(s.get("redislock", "redis_cpu_us_per_op")), medianOf(s.get("redislock", "client_cpu_us_per_op")))
+	fmt.Fprintf(w, "| redislock: µs; ops/s; Redis CPU, µs; client CPU, µs; context switches | %s | %s | %s | %s | %s | 2 (its acquisition is a SET, not a script) |\n\n", medianOf(s.get("redislock", "latency_us")),
+		medianOf(s.get("redislock", "ops_per_s")), medianOf(s.get("redislock", "redis_cpu_us_per_op")), medianOf(s.get("redislock", "client_cpu_us_per_op")), medianOf(s.get("redislock", "client_switches_per_op")))
 }
 
 // shapesNote is what a goal's note says of the shapes scenario for metric
