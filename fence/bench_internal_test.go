@@ -11,9 +11,10 @@ import (
 // same two script calls (a client's acquire.lua in try mode and its
 // release.lua, with the keys and arguments TryAcquire and Release send)
 // from a bare loop on the same kind of go-redis client, without the
-// Client around them. The two benchmarks match one -bench pattern
-// ('AcquireRelease$'), so that benchstat compares them from one run: what
-// fence's client adds to its scripts' round trips.
+// Client around them. One pattern runs both,
+// -bench '^Benchmark(Scripts)?AcquireRelease$', so that benchstat
+// compares them from one run: what fence's client adds to its scripts'
+// round trips.
 func BenchmarkScriptsAcquireRelease(b *testing.B) {
 	r := testenv.NewRedis(b)
 	ctx := context.Background()
