@@ -140,23 +140,22 @@ func pinClient(cpu int) error {
 	return pinProcess(os.Getpid(), cpu)
 }
 
-// cpuTime is user+system CPU time of this process, in seconds.
-// switches is how many times this process' threads gave up or lost
-// their CPU (getrusage: voluntary and involuntary context switches): a
-// goroutine that waits for a reply with nothing else to run parks its
-// thread, so in a client-bound loop this counts the client's sleeps.
-func switches() float64 {
+// usage is this process' user+system CPU time, in seconds, and how many
+// times its threads gave up or lost their CPU (getrusage: voluntary and
+// involuntary context switches): a goroutine that waits for a reply with
+// nothing else to run parks its thread, so in a client-bound loop the
+// switches count the client's sleeps.
+func usage() (cpu, switches float64) {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, 0
 	}
-	return float64(ru.Nvcsw + ru.Nivcsw)
+	cpu = float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+	return cpu, float64(ru.Nvcsw + ru.Nivcsw)
 }
 
+// cpuTime is user+system CPU time of this process, in seconds.
 func cpuTime() float64 {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+	cpu, _ := usage()
+	return cpu
 }

@@ -208,12 +208,12 @@ func measureParallel(ctx context.Context, e *env, libs []locker, scriptOnly map[
 				if err != nil {
 					return nil, err
 				}
-				c0, sw0 := cpuTime(), switches()
+				c0, sw0 := usage()
 				r, ops, err := parallelOnce(ctx, l, e.cfg.ParallelWorkers, window)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", l.Name(), err)
 				}
-				c1, sw1 := cpuTime(), switches()
+				c1, sw1 := usage()
 				cpu1, err := serverCPU(ctx, e.ping)
 				if err != nil {
 					return nil, err
