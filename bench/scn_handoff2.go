@@ -375,9 +375,9 @@ redis.pcall('PUBLISH', KEYS[1] .. ':ch', 'grant:' .. at .. ':' .. v)
 return {3, v}`
 
 // bareHandoverLua makes the commands that handoverSteps' third step
-// leaves of release.lua, in as little Lua as they can be written: the ownership check, the
-// queue's pop, the lock's SET and the PUBLISH, answering as release.lua
-// does.
+// leaves of release.lua, in as little Lua as they can be written: the
+// ownership check, the queue's pop, the lock's SET and the PUBLISH,
+// answering as release.lua does.
 const bareHandoverLua = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
