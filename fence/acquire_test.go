@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"regexp"
 	"strings"
 	"sync"
@@ -21,17 +20,6 @@ import (
 	"github.com/fencelock/fencelock/testenv"
 )
 
-// closedPort is a loopback address nothing listens on: connections to it
-// are refused.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
 // An outage is not contention: Acquire against a Redis that refuses
 // connections waits through the refusals until its wait limit, then says
 // so with the last error joined (errors.Is the dial error), and ends
@@ -40,11 +28,13 @@ func closedPort(t *testing.T) string {
 // a port nothing ever listened on, and both ways a wait limit is given:
 // as a lock option beside a ctx deadline, and as the client's own with a
 // ctx that has none (the first attempt then takes its end from the
-// client's shared bound).
+// client's shared bound). Both addresses stay refused while the test runs:
+// testenv keeps a server's port, and RefusedAddr's, from every other
+// listener.
 func TestAcquireOutageCarriesLastError(t *testing.T) {
 	t.Parallel()
 	stopped := testenv.NewRedisServer(t)
-	addrs := map[string]string{"stopped server": stopped.Addr, "closed port": closedPort(t)}
+	addrs := map[string]string{"stopped server": stopped.Addr, "closed port": testenv.RefusedAddr(t)}
 	require.NoError(t, stopped.Stop())
 	const limit = time.Second
 	ways := map[string]struct {

@@ -2,7 +2,6 @@ package migrations_test
 
 import (
 	"errors"
-	"net"
 	"strings"
 	"testing"
 
@@ -44,11 +43,8 @@ func TestConnectErrorOneLine(t *testing.T) {
 	}
 
 	// Nothing listens: the refusal once, with the address.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	err = migrations.Up(ctx, openDB(t, "postgres://app@"+addr+"/app?sslmode=prefer&connect_timeout=5"))
+	addr := testenv.RefusedAddr(t)
+	err := migrations.Up(ctx, openDB(t, "postgres://app@"+addr+"/app?sslmode=prefer&connect_timeout=5"))
 	require.Error(t, err)
 	t.Log(err)
 	assert.NotContains(t, err.Error(), "\n")

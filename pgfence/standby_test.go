@@ -102,10 +102,7 @@ func startStandby(t *testing.T, primary *testenv.Postgres) string {
 	require.NoError(t, pc.QueryRow(context.Background(), "SHOW max_connections").Scan(&maxConns))
 	_ = pc.Close(context.Background())
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	sport := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	require.NoError(t, ln.Close())
+	sport := strconv.Itoa(testenv.ReservePort(t))
 	logf, err := os.Create(filepath.Join(dir, "standby.log"))
 	require.NoError(t, err)
 	defer logf.Close()

@@ -3,8 +3,12 @@
 //
 // Servers are started from the binaries on the machine (redis-server, and
 // Postgres initdb/postgres from /usr/lib/postgresql/<v>/bin or
-// pg_config --bindir) on free 127.0.0.1 ports, in temporary directories, and
-// stopped when the test or the demo ends. A missing binary is an error that
+// pg_config --bindir) on 127.0.0.1 ports, in temporary directories, and
+// stopped when the test or the demo ends. A server's port is reserved for
+// the life of the test binary: it lies below the kernel's ephemeral range
+// and is locked against every other test binary on the machine, so a
+// server a test stopped stays refused ([RefusedAddr] gives such an address
+// outright, [ReservePort] a port for a server the test starts itself). A missing binary is an error that
 // names the Debian package to install; nothing skips.
 //
 // Topologies besides the single server:

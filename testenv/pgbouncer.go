@@ -104,7 +104,7 @@ func StartPgBouncer(pg *Postgres, poolSize int) (*PgBouncer, error) {
 	b := &PgBouncer{Upstream: pg, PoolSize: poolSize, bin: bin, dir: dir, cred: cred}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		port, err := reservePort()
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err

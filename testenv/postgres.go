@@ -118,7 +118,7 @@ func StartPostgres() (*Postgres, error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		port, err := reservePort()
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err

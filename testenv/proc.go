@@ -3,7 +3,6 @@ package testenv
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -11,35 +10,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-)
-
-// freePort asks the kernel for a free 127.0.0.1 TCP port.
-//
-// A port is handed out once per test binary: a server stopped by one test
-// may still be dialled by another's (a cluster node handshaking with a
-// killed peer), and must not reach a server started on its old port.
-func freePort() (int, error) {
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("testenv: find a free port: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		portsMu.Lock()
-		seen := portsGiven[port]
-		portsGiven[port] = true
-		portsMu.Unlock()
-		if !seen {
-			return port, nil
-		}
-	}
-	return 0, fmt.Errorf("testenv: find a free port: every port the kernel offered was handed out before in this run")
-}
-
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
 )
 
 // process is a server process owned by testenv. It is killed with the test

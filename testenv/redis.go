@@ -123,7 +123,7 @@ func startRedis(cfg redisConfig, prepare func(r *Redis) error) (*Redis, error) {
 	r := &Redis{cfg: cfg, dir: dir, bin: bin, Prefix: "t" + randHex(4) + ":"}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		port, err := reservePort()
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
@@ -132,7 +132,7 @@ func startRedis(cfg redisConfig, prepare func(r *Redis) error) (*Redis, error) {
 		if cfg.clusterBus {
 			// The bus port is set explicitly (cluster-port) rather than
 			// port+10000, which may be taken or above 65535.
-			if r.busPort, err = freePort(); err != nil {
+			if r.busPort, err = reservePort(); err != nil {
 				_ = os.RemoveAll(dir)
 				return nil, err
 			}

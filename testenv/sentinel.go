@@ -123,7 +123,7 @@ func (s *Sentinel) start(ctx context.Context) error {
 	ports := make([]int, 3)
 	ids := make([]string, 3)
 	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
+		if ports[i], err = reservePort(); err != nil {
 			return err
 		}
 		ids[i] = randHex(20)

@@ -75,16 +75,6 @@ func aclUser(t *testing.T, r *testenv.Redis, rules ...any) string {
 	return withPassword(t, r.URL, rules[0].(string), redisSecret)
 }
 
-// deadAddr is a loopback port where nothing listens.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
-
 // The README's ACL line is enough for every fencectl command but locks
 // list (SCAN, an operator's command), which says what to add.
 func TestREADMEACLUser(t *testing.T) {
@@ -146,7 +136,7 @@ func TestRedisFailuresToldApart(t *testing.T) {
 	noDel[0] = "nodel"
 	noDelURL := aclUser(t, r, noDel...)
 	appURL := aclUser(t, r, line...)
-	dead := "redis://app:" + redisSecret + "@" + deadAddr(t)
+	dead := "redis://app:" + redisSecret + "@" + testenv.RefusedAddr(t)
 	wrong := strings.Replace(appURL, redisSecret, "not-"+redisSecret, 1)
 
 	for _, tc := range []struct {
@@ -409,7 +399,7 @@ func TestPostgresFailuresToldApart(t *testing.T) {
 	user, u := db.NewPasswordUser(t, pgSecret)
 	wrong := strings.Replace(u, pgSecret, "not-"+pgSecret, 1)
 	noPassword := strings.Replace(u, ":"+pgSecret+"@", "@", 1)
-	dead := "postgres://" + user + ":" + pgSecret + "@" + deadAddr(t) + "/x?sslmode=disable"
+	dead := "postgres://" + user + ":" + pgSecret + "@" + testenv.RefusedAddr(t) + "/x?sslmode=disable"
 	missing := strings.Replace(db.URL, "/"+db.Name+"?", "/nodb_"+db.Name+"?", 1)
 
 	for _, tc := range []struct {
@@ -735,7 +725,7 @@ func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string) {
 func TestRedisTLSMismatch(t *testing.T) {
 	t.Parallel()
 	cert, key := selfSignedCert(t, t.TempDir())
-	tlsAddr := deadAddr(t)
+	tlsAddr := testenv.RefusedAddr(t)
 	_, tlsPort, err := net.SplitHostPort(tlsAddr)
 	require.NoError(t, err)
 	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--tls-port", tlsPort, "--tls-cert-file", cert,

@@ -1,0 +1,5 @@
+package testenv
+
+// LockPort takes a port's lock as reservePort does, for a test's child
+// process to try a port its parent holds.
+var LockPort = lockPort

@@ -1,0 +1,96 @@
+package testenv_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencelock/fencelock/testenv"
+)
+
+// envLockPort makes the test binary a child that tries to lock a port
+// (portLocker) instead of running the tests.
+const envLockPort = "TESTENV_TEST_LOCK_PORT"
+
+// portLocker tries the port in envLockPort and says how it went.
+func portLocker() {
+	port, err := strconv.Atoi(os.Getenv(envLockPort))
+	if err != nil {
+		fmt.Println("bad port:", err)
+		return
+	}
+	if f, err := testenv.LockPort(port); err != nil {
+		fmt.Println("refused:", err)
+	} else {
+		_ = f.Close()
+		fmt.Println("locked")
+	}
+}
+
+// ephemeralRange is the kernel's range for port 0 listeners and outgoing
+// connections' source ports.
+func ephemeralRange(t *testing.T) (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	require.NoError(t, err)
+	f := strings.Fields(string(b))
+	require.Len(t, f, 2)
+	lo, err = strconv.Atoi(f[0])
+	require.NoError(t, err)
+	hi, err = strconv.Atoi(f[1])
+	require.NoError(t, err)
+	return lo, hi
+}
+
+// A server's port, and RefusedAddr's, stay refused for the rest of the
+// test binary: they lie outside the kernel's ephemeral range (no port 0
+// listener, such as a cut proxy answering EOF, can land there), a dial is
+// refused after the server stopped, and another process (another package's
+// test binary) cannot lock them while this one runs, though it can lock a
+// port no one holds.
+func TestReservedPortsStayRefused(t *testing.T) {
+	lo, hi := ephemeralRange(t)
+	r := testenv.NewRedisServer(t)
+	stopped := r.Addr
+	require.NoError(t, r.Stop())
+	addrs := []string{stopped, testenv.RefusedAddr(t)}
+	for _, addr := range addrs {
+		_, p, err := net.SplitHostPort(addr)
+		require.NoError(t, err)
+		port, err := strconv.Atoi(p)
+		require.NoError(t, err)
+		assert.False(t, port >= lo && port <= hi, "%s lies in the ephemeral range %d-%d", addr, lo, hi)
+
+		_, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		assert.ErrorIs(t, err, syscall.ECONNREFUSED, addr)
+
+		child := testenv.StartChild(t, "port locker", envLockPort+"="+p)
+		assert.Contains(t, child.Expect("refused:", 30*time.Second), "is taken", addr)
+	}
+
+	// The control: a port nothing holds is the child's to lock.
+	free := freeUnlockedPort(t)
+	child := testenv.StartChild(t, "port locker", envLockPort+"="+strconv.Itoa(free))
+	child.Expect("locked", 30*time.Second)
+}
+
+// freeUnlockedPort returns a port outside the ephemeral range that no test
+// binary holds (its lock taken and dropped here).
+func freeUnlockedPort(t *testing.T) int {
+	lo, _ := ephemeralRange(t)
+	for port := lo - 1; port > lo-1000; port-- {
+		if f, err := testenv.LockPort(port); err == nil {
+			require.NoError(t, f.Close())
+			return port
+		}
+	}
+	t.Fatalf("no unlocked port below %d", lo)
+	return 0
+}
