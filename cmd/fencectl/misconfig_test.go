@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -725,9 +726,8 @@ func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string) {
 func TestRedisTLSMismatch(t *testing.T) {
 	t.Parallel()
 	cert, key := selfSignedCert(t, t.TempDir())
-	tlsAddr := testenv.RefusedAddr(t)
-	_, tlsPort, err := net.SplitHostPort(tlsAddr)
-	require.NoError(t, err)
+	tlsPort := strconv.Itoa(testenv.ReservePort(t))
+	tlsAddr := "127.0.0.1:" + tlsPort
 	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--tls-port", tlsPort, "--tls-cert-file", cert,
 		"--tls-key-file", key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no"))
 	trusted := []string{"SSL_CERT_FILE=" + cert}
