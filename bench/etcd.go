@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fencelock/fencelock/testenv"
 )
 
 // etcdServer is a private single-member etcd the bench starts for the
@@ -73,11 +74,11 @@ func startEtcd(ctx context.Context) (*etcdServer, error) {
 }
 
 func startEtcdOnce(ctx context.Context, bin string) (*etcdServer, error) {
-	client, err := freeLoopbackPort()
+	client, err := testenv.ReservePort()
 	if err != nil {
 		return nil, err
 	}
-	peer, err := freeLoopbackPort()
+	peer, err := testenv.ReservePort()
 	if err != nil {
 		return nil, err
 	}
@@ -230,15 +231,6 @@ func procCPU(pid int) (float64, error) {
 	u, _ := strconv.ParseFloat(f[11], 64)
 	sy, _ := strconv.ParseFloat(f[12], 64)
 	return (u + sy) / 100, nil
-}
-
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func tailFile(path string, n int) string {

@@ -102,7 +102,9 @@ func startStandby(t *testing.T, primary *testenv.Postgres) string {
 	require.NoError(t, pc.QueryRow(context.Background(), "SHOW max_connections").Scan(&maxConns))
 	_ = pc.Close(context.Background())
 
-	sport := strconv.Itoa(testenv.ReservePort(t))
+	sp, err := testenv.ReservePort()
+	require.NoError(t, err)
+	sport := strconv.Itoa(sp)
 	logf, err := os.Create(filepath.Join(dir, "standby.log"))
 	require.NoError(t, err)
 	defer logf.Close()

@@ -8,8 +8,9 @@
 // the life of the test binary: it lies below the kernel's ephemeral range
 // and is locked against every other test binary on the machine, so a
 // server a test stopped stays refused ([RefusedAddr] gives such an address
-// outright, [ReservePort] a port for a server the test starts itself). A missing binary is an error that
-// names the Debian package to install; nothing skips.
+// outright, [ReservePort] a port for a server the test starts itself). A
+// missing binary is an error that names the Debian package to install;
+// nothing skips.
 //
 // Topologies besides the single server:
 //   - [NewRedisCluster] / [StartRedisCluster]: a Redis Cluster (default 3

@@ -151,13 +151,6 @@ func RefusedAddr(t testing.TB) string {
 }
 
 // ReservePort returns a free 127.0.0.1 TCP port reserved for the rest of
-// the test binary, for a server a test starts itself: no other test binary
-// is handed it, and no listener on port 0 takes it.
-func ReservePort(t testing.TB) int {
-	t.Helper()
-	port, err := reservePort()
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	return port
-}
+// the process, for a server a test (or the bench) starts itself: no other
+// test binary is handed it, and no listener on port 0 takes it.
+func ReservePort() (int, error) { return reservePort() }

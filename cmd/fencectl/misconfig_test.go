@@ -726,7 +726,9 @@ func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string) {
 func TestRedisTLSMismatch(t *testing.T) {
 	t.Parallel()
 	cert, key := selfSignedCert(t, t.TempDir())
-	tlsPort := strconv.Itoa(testenv.ReservePort(t))
+	port, err := testenv.ReservePort()
+	require.NoError(t, err)
+	tlsPort := strconv.Itoa(port)
 	tlsAddr := "127.0.0.1:" + tlsPort
 	r := testenv.NewRedisServer(t, testenv.WithRedisArgs("--tls-port", tlsPort, "--tls-cert-file", cert,
 		"--tls-key-file", key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no"))
