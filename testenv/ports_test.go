@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -76,22 +77,12 @@ func TestReservedPortsStayRefused(t *testing.T) {
 		assert.Contains(t, child.Expect("refused:", 30*time.Second), "is taken", addr)
 	}
 
-	// The control: a port nothing holds is the child's to lock.
-	free := freeUnlockedPort(t)
-	child := testenv.StartChild(t, "port locker", envLockPort+"="+strconv.Itoa(free))
+	// The control: a lock no one holds is the child's to take. It is the
+	// lock of a number no port has and no other process would try (this
+	// process' id above the port range), so no test binary running beside
+	// this one can take it first.
+	nobodys := strconv.Itoa(100000 + os.Getpid())
+	t.Cleanup(func() { _ = os.Remove(filepath.Join(testenv.PortsDir(), nobodys)) }) // after the child's end
+	child := testenv.StartChild(t, "port locker", envLockPort+"="+nobodys)
 	child.Expect("locked", 30*time.Second)
-}
-
-// freeUnlockedPort returns a port outside the ephemeral range that no test
-// binary holds (its lock taken and dropped here).
-func freeUnlockedPort(t *testing.T) int {
-	lo, _ := ephemeralRange(t)
-	for port := lo - 1; port > lo-1000; port-- {
-		if f, err := testenv.LockPort(port); err == nil {
-			require.NoError(t, f.Close())
-			return port
-		}
-	}
-	t.Fatalf("no unlocked port below %d", lo)
-	return 0
 }
