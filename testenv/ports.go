@@ -96,8 +96,11 @@ func reservePort() (int, error) {
 			_ = l.Close()
 		}
 		lock, err := lockPort(port)
-		if err != nil {
+		if errors.Is(err, errPortTaken) {
 			continue // another test binary's, or handed out here before
+		}
+		if err != nil {
+			return 0, fmt.Errorf("testenv: lock port %d: %w; fix: make %s writable by every user who runs the tests (chmod 1777), or remove it", port, err, portsDir())
 		}
 		// Free now? (Something outside testenv may listen there.)
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
@@ -117,6 +120,9 @@ func reservePort() (int, error) {
 	return 0, fmt.Errorf("testenv: find a free port: every port the kernel offered was locked (locks in %s)", portsDir())
 }
 
+// errPortTaken: another open file holds the port's lock.
+var errPortTaken = errors.New("taken")
+
 // lockPort takes the port's lock without waiting. A lock this process
 // holds is refused too: flock locks belong to the open file, not the
 // process.
@@ -130,7 +136,7 @@ func lockPort(port int) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("port %d is taken", port)
+			return nil, fmt.Errorf("port %d is %w", port, errPortTaken)
 		}
 		return nil, err
 	}
